@@ -1,0 +1,98 @@
+"""Canonical bytes and weak entity tags (PROTOCOL.md section 2).
+
+A tag must come out the same for the same answer in any process, on any transport and in any protocol
+era, so it is computed from one pinned serialisation: orjson with sorted keys and no whitespace, arrays
+left in their order. xxh3-128 because the tag only has to tell versions of one answer apart for the
+client that holds it; it is not a security boundary (keys in shared stores use SHA-256, see keys.py).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import orjson
+import xxhash
+from pydantic import BaseModel
+
+MAX_ETAG_LENGTH = 256
+"""A longer value in a peer's `_meta` is not a tag anybody here minted; reading it as absent is safe."""
+
+# RFC 9110 entity-tag: optional W/, then a quoted opaque-tag of etagc characters (no obs-text here:
+# a tag arrives in JSON, where "octets above 0x7F" would be code points, not bytes).
+_ETAG_RE = re.compile(r'(W/)?"([\x21\x23-\x7e]+)"')
+_VALIDATOR_DOMAIN = b"mcpcache/validator\x00"
+
+
+class CanonicalizationError(ValueError):
+    """The value has no canonical JSON form (NaN, infinity, a non-JSON type, a huge int, a non-str key)."""
+
+
+def _reject_non_finite(value: Any) -> None:
+    # orjson writes NaN and infinities as null, which would give a NaN answer the tag of a null one.
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                raise CanonicalizationError(f"non-finite number {item!r} has no JSON form")
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+
+
+def canonical_json(value: Any) -> bytes:
+    """UTF-8 JSON, keys sorted, no insignificant whitespace, arrays in order. Raises CanonicalizationError."""
+    try:
+        out = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except (TypeError, orjson.JSONEncodeError) as exc:
+        raise CanonicalizationError(str(exc)) from exc
+    # Only a document that contains a null can be hiding a NaN, so most answers skip the walk.
+    if b"null" in out:
+        _reject_non_finite(value)
+    return out
+
+
+def wire_content(blocks: Iterable[BaseModel | Mapping[str, Any]]) -> list[Any]:
+    """Content blocks as they are sent: wire aliases, JSON types, absent fields left out."""
+    return [
+        block.model_dump(by_alias=True, mode="json", exclude_none=True) if isinstance(block, BaseModel) else dict(block)
+        for block in blocks
+    ]
+
+
+def format_tag(digest_hex: str) -> str:
+    return f'W/"{digest_hex}"'
+
+
+def tag_of_bytes(data: bytes) -> str:
+    return format_tag(xxhash.xxh3_128_hexdigest(data))
+
+
+def content_tag(content: Iterable[BaseModel | Mapping[str, Any]], structured_content: Any) -> str:
+    """The tag of an answer: it covers every field a not-modified reply leaves out."""
+    document = {"content": wire_content(content), "structuredContent": structured_content}
+    return tag_of_bytes(canonical_json(document))
+
+
+def validator_tag(tool: str, arguments: Mapping[str, Any] | None, version: Any) -> str:
+    """The tag of a tool whose validator names the version of what it reads (PROTOCOL.md 2, Validators)."""
+    document = {"tool": tool, "arguments": dict(arguments or {}), "version": version}
+    return tag_of_bytes(_VALIDATOR_DOMAIN + canonical_json(document))
+
+
+def parse_etag(value: object) -> str | None:
+    """`value` if it is a well-formed entity tag, else None. Never raises."""
+    if not isinstance(value, str) or len(value) > MAX_ETAG_LENGTH:
+        return None
+    return value if _ETAG_RE.fullmatch(value) else None
+
+
+def weak_equal(a: object, b: object) -> bool:
+    """Weak comparison (RFC 9110 8.8.3.2): opaque tags equal, W/ ignored. Malformed equals nothing."""
+    ma = _ETAG_RE.fullmatch(a) if isinstance(a, str) and len(a) <= MAX_ETAG_LENGTH else None
+    mb = _ETAG_RE.fullmatch(b) if isinstance(b, str) and len(b) <= MAX_ETAG_LENGTH else None
+    return ma is not None and mb is not None and ma.group(2) == mb.group(2)

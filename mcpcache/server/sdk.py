@@ -1,0 +1,66 @@
+"""MCP SDK adapter: an `Extension` for `mcp.server.mcpserver.MCPServer`.
+
+The extension's `tools/call` interceptor sits at the handler layer, so it sees the tool's domain result
+(a `CallToolResult`) and what it returns goes through the same per-era sieve as any handler result. It
+also advertises `EXTENSION_ID` through the SDK's own capability mechanism.
+
+    mcp = MCPServer("nb", extensions=[RevalidationExtension(policies)])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.extension import Extension
+from mcp_types import CallToolRequestParams, CallToolResult
+
+from mcpcache.protocol import EXTENSION_ID, META_KEY, extension_settings, with_block
+from mcpcache.server.core import Answer, NotModified, PassThrough, Revalidator
+from mcpcache.server.policies import ToolPolicies
+
+__all__ = ["RevalidationExtension"]
+
+
+def _read_answer(result: HandlerResult) -> Answer | None:
+    if not isinstance(result, CallToolResult):
+        return None
+    return Answer(content=result.content, structured_content=result.structured_content, is_error=result.is_error)
+
+
+class RevalidationExtension(Extension):
+    identifier = EXTENSION_ID
+
+    def __init__(self, policies: ToolPolicies | Mapping[str, Any], *, meta_key: str = META_KEY) -> None:
+        if not isinstance(policies, ToolPolicies):
+            policies = ToolPolicies(policies)
+        self.revalidator = Revalidator(policies, meta_key=meta_key)
+        self.meta_key = meta_key
+
+    def settings(self) -> dict[str, Any]:
+        return extension_settings(self.meta_key)
+
+    async def intercept_tool_call(
+        self,
+        params: CallToolRequestParams,
+        ctx: ServerRequestContext[Any, Any],
+        call_next: CallNext,
+    ) -> HandlerResult:
+        if params.name not in self.revalidator.policies:
+            return await call_next(ctx)
+        outcome = await self.revalidator.call(
+            tool=params.name,
+            arguments=params.arguments,
+            request_meta=params.meta,
+            run_body=lambda: call_next(ctx),
+            read_answer=_read_answer,
+        )
+        if isinstance(outcome, PassThrough):
+            return outcome.result
+        if isinstance(outcome, NotModified):
+            reply = outcome.reply
+            return CallToolResult(content=[], structured_content=reply.structured_content, _meta=reply.meta)
+        result = outcome.result
+        assert isinstance(result, CallToolResult)  # read_answer let nothing else through
+        return result.model_copy(update={"meta": with_block(result.meta, outcome.block, self.meta_key)})

@@ -27,6 +27,7 @@ MAX_TTL_MS = 24 * 60 * 60 * 1000
 """Longer hints are clamped: a day is already longer than any sensible tool-result lifetime."""
 
 Scope = Literal["private", "public"]
+_WIRE_FIELDS = ("ttlMs", "cacheScope", "etag", NOT_MODIFIED_KEY)
 
 
 def extension_settings(meta_key: str = META_KEY) -> dict[str, Any]:
@@ -103,7 +104,8 @@ def parse_cache_block(meta: object, key: str = META_KEY) -> CacheBlock | None:
     raw = meta.get(key)
     if not isinstance(raw, Mapping):
         return None
-    return CacheBlock.model_validate(dict(raw))
+    # Only the wire names count: the model also accepts its Python field names, which are not wire fields.
+    return CacheBlock.model_validate({name: raw[name] for name in _WIRE_FIELDS if name in raw})
 
 
 def requested_etag(request_meta: object, key: str = META_KEY) -> str | None:

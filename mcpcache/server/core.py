@@ -68,7 +68,12 @@ def decide_block(policy: CachePolicy, tag: str | None) -> CacheBlock:
 
 
 def decide_after_body(
-    tool: str, policy: CachePolicy, requested: str | None, pre_tag: str | None, answer: Answer
+    tool: str,
+    policy: CachePolicy,
+    requested: str | None,
+    pre_tag: str | None,
+    answer: Answer,
+    meta_key: str = META_KEY,
 ) -> tuple[CacheBlock | None, NotModifiedReply | None, str]:
     """Given the answer: (block to stamp, or None to leave it alone; a not-modified reply or None; why)."""
     if answer.is_error:
@@ -84,7 +89,7 @@ def decide_after_body(
         kind = None
         if answer.structured_content is not None:
             kind = answer_kind(answer.structured_content) or policy.kind or tool
-        return block, NotModifiedReply.build(block, kind), "tag matches the current answer"
+        return block, NotModifiedReply.build(block, kind, meta_key), "tag matches the current answer"
     if requested is None:
         return block, None, "stamped (no tag in the request)"
     if block.etag is None:
@@ -93,16 +98,26 @@ def decide_after_body(
 
 
 def decide_before_body(
-    tool: str, policy: CachePolicy, requested: str | None, pre_tag: str | None, structured: bool | None
+    tool: str,
+    policy: CachePolicy,
+    requested: str | None,
+    pre_tag: str | None,
+    structured: bool | None,
+    meta_key: str = META_KEY,
+    own_kind: str | None = None,
 ) -> NotModifiedReply | None:
-    """With a validator tag in hand: a not-modified reply that skips the body, or None to run it."""
+    """With a validator tag in hand: a not-modified reply that skips the body, or None to run it.
+
+    `own_kind` is the kind the tool's answers last carried: the body does not run, so the K rule's first
+    choice (the answer's own kind) can only be remembered.
+    """
     if requested is None or pre_tag is None or not weak_equal(requested, pre_tag):
         return None
     if structured is None:
         # Whether the reply needs structuredContent is unknown until the tool has answered once.
         return None
-    kind = (policy.kind or tool) if structured else None
-    return NotModifiedReply.build(decide_block(policy, pre_tag), kind)
+    kind = (own_kind or policy.kind or tool) if structured else None
+    return NotModifiedReply.build(decide_block(policy, pre_tag), kind, meta_key)
 
 
 class Revalidator:
@@ -114,6 +129,8 @@ class Revalidator:
         # Tools that answered with structured content in this process, for adapters that cannot see the
         # tool's output schema before the body runs.
         self._structured_seen: dict[str, bool] = {}
+        # The `kind` each tool's last answer carried, for not-modified replies that skip the body.
+        self._kind_seen: dict[str, str | None] = {}
 
     async def _version_tag(self, tool: str, policy: CachePolicy, arguments: Mapping[str, Any]) -> str | None:
         if policy.validator is None:
@@ -153,7 +170,8 @@ class Revalidator:
             structured = await has_structured_output() if has_structured_output is not None else None
             if structured is None:
                 structured = self._structured_seen.get(tool)
-            reply = decide_before_body(tool, policy, requested, pre_tag, structured)
+            own_kind = self._kind_seen.get(tool)
+            reply = decide_before_body(tool, policy, requested, pre_tag, structured, self.meta_key, own_kind)
             if reply is not None:
                 return NotModified(reply, body_ran=False, reason="validator tag matches; body skipped")
         result = await run_body()
@@ -162,7 +180,8 @@ class Revalidator:
             return PassThrough(result, "not a tool answer (e.g. input required)")
         if not answer.is_error:
             self._structured_seen[tool] = answer.structured_content is not None
-        block, reply, reason = decide_after_body(tool, policy, requested, pre_tag, answer)
+            self._kind_seen[tool] = answer_kind(answer.structured_content)
+        block, reply, reason = decide_after_body(tool, policy, requested, pre_tag, answer, self.meta_key)
         if reply is not None:
             return NotModified(reply, body_ran=True, reason=reason)
         if block is None:

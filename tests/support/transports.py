@@ -1,0 +1,189 @@
+"""Connect a stock MCP client to a server over a real transport, in a chosen protocol era.
+
+A `ServerTarget` says where a server is: an in-process object (memory streams), a command the client
+transport starts (stdio), or a URL (streamable HTTP; `http_server` runs one in a subprocess).
+`stock_client(client_kind, target, era)` yields a connected, unmodified `mcp.Client` or
+`fastmcp.Client`, and refuses to yield one that negotiated another era than the one asked for.
+
+Era is forced the same way for both clients: `mode="auto"` negotiates 2026-07-28 through
+`server/discover`; `mode="legacy"` forces the 2025-11-25 `initialize` handshake.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Literal, TypeAlias
+
+import fastmcp
+import mcp
+from fastmcp.client.transports import PythonStdioTransport, StreamableHttpTransport
+from mcp.client._memory import InMemoryTransport
+from mcp.server.mcpserver import MCPServer
+
+ServerKind = Literal["fastmcp", "sdk"]
+ClientKind = Literal["mcp", "fastmcp"]
+TransportKind = Literal["memory", "stdio", "http"]
+Era = Literal["2026-07-28", "2025-11-25"]
+
+MODERN: Era = "2026-07-28"
+LEGACY: Era = "2025-11-25"
+ERAS: tuple[Era, ...] = (MODERN, LEGACY)
+CLIENT_KINDS: tuple[ClientKind, ...] = ("mcp", "fastmcp")
+TRANSPORTS: tuple[TransportKind, ...] = ("memory", "stdio", "http")
+
+SERVE_SCRIPT = Path(__file__).resolve().parent.parent / "servers" / "serve.py"
+"""`python serve.py <fastmcp|sdk> <stdio|http> [port]` runs the catalogue server (tests/servers)."""
+
+StockClient: TypeAlias = "mcp.Client | fastmcp.Client[Any]"
+
+_MODE: dict[Era, Literal["auto", "legacy"]] = {MODERN: "auto", LEGACY: "legacy"}
+
+
+@dataclass(frozen=True)
+class ServerTarget:
+    """Where a server can be reached. Build one with `memory`, `stdio` or `http`."""
+
+    kind: ServerKind
+    transport: TransportKind
+    server: fastmcp.FastMCP[Any] | MCPServer | None = None
+    command: tuple[str, ...] = ()
+    """stdio: the Python script and its arguments (run with this interpreter)."""
+    url: str | None = None
+
+    @classmethod
+    def memory(cls, server: fastmcp.FastMCP[Any] | MCPServer) -> ServerTarget:
+        kind: ServerKind = "sdk" if isinstance(server, MCPServer) else "fastmcp"
+        return cls(kind=kind, transport="memory", server=server)
+
+    @classmethod
+    def stdio(cls, kind: ServerKind, script: Path = SERVE_SCRIPT, *args: str) -> ServerTarget:
+        """The catalogue server by default: `serve.py <kind> stdio`."""
+        command = (str(script), *args) if args else (str(script), kind, "stdio")
+        return cls(kind=kind, transport="stdio", command=command)
+
+    @classmethod
+    def http(cls, kind: ServerKind, url: str) -> ServerTarget:
+        return cls(kind=kind, transport="http", url=url)
+
+
+def _mcp_transport(target: ServerTarget) -> Any:
+    if target.transport == "memory":
+        assert target.server is not None
+        # InMemoryTransport takes an MCPServer or a low-level Server; FastMCP's is the private _mcp_server.
+        lowlevel = target.server if isinstance(target.server, MCPServer) else target.server._mcp_server
+        return InMemoryTransport(lowlevel)
+    if target.transport == "stdio":
+        script, *args = target.command
+        return mcp.StdioServerParameters(command=sys.executable, args=[script, *args])
+    assert target.url is not None
+    return target.url
+
+
+def _fastmcp_transport(target: ServerTarget) -> Any:
+    if target.transport == "memory":
+        return target.server  # FastMCPTransport, for FastMCP and SDK MCPServer alike
+    if target.transport == "stdio":
+        script, *args = target.command
+        return PythonStdioTransport(script, args=args, keep_alive=False)
+    assert target.url is not None
+    return StreamableHttpTransport(target.url)
+
+
+@contextlib.asynccontextmanager
+async def mcp_client(target: ServerTarget, era: Era) -> AsyncIterator[mcp.Client]:
+    """A connected stock `mcp.Client` (its defaults, response cache included)."""
+    async with mcp.Client(_mcp_transport(target), mode=_MODE[era]) as client:
+        _check_era(client.protocol_version, era)
+        yield client
+
+
+@contextlib.asynccontextmanager
+async def fastmcp_client(target: ServerTarget, era: Era) -> AsyncIterator[fastmcp.Client[Any]]:
+    """A connected stock `fastmcp.Client`."""
+    async with fastmcp.Client(_fastmcp_transport(target), mode=_MODE[era]) as client:
+        _check_era(client.protocol_version, era)
+        yield client
+
+
+@contextlib.asynccontextmanager
+async def stock_client(client_kind: ClientKind, target: ServerTarget, era: Era) -> AsyncIterator[StockClient]:
+    connect = mcp_client if client_kind == "mcp" else fastmcp_client
+    async with connect(target, era) as client:
+        yield client
+
+
+def _check_era(negotiated: str | None, era: Era) -> None:
+    if negotiated != era:
+        raise RuntimeError(f"asked for protocol {era}, the connection negotiated {negotiated}")
+
+
+def free_port() -> int:
+    """A port nothing listens on right now (the server binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _accepts(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """End the process we started, by its PID: SIGTERM, then SIGKILL if it lingers."""
+    if process.poll() is not None:
+        return
+    os.kill(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def http_servers(
+    commands: Sequence[Sequence[str]], *, log: IO[bytes] | None = None, ready_within: float = 60.0
+) -> Iterator[list[str]]:
+    """Run each command with a free port appended, on 127.0.0.1; yield their `/mcp` URLs.
+
+    They start side by side, so two servers cost one start-up. The wait only polls the port until it
+    accepts a connection; it is a readiness check, not a timing assertion. Every process is stopped by
+    its PID on the way out.
+    """
+    started: list[tuple[subprocess.Popen[bytes], int]] = []
+    try:
+        for command in commands:
+            port = free_port()
+            process = subprocess.Popen(
+                [*command, str(port)], stdin=subprocess.DEVNULL, stdout=log or subprocess.DEVNULL, stderr=log
+            )
+            started.append((process, port))
+        deadline = time.monotonic() + ready_within
+        for process, port in started:
+            while not _accepts(port):
+                if process.poll() is not None:
+                    raise RuntimeError(f"server {process.args} exited with {process.returncode} before listening")
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"server {process.args} did not listen on port {port}")
+                time.sleep(0.05)
+        yield [f"http://127.0.0.1:{port}/mcp" for _, port in started]
+    finally:
+        for process, _ in started:
+            _stop(process)
+
+
+def catalogue_command(kind: ServerKind) -> list[str]:
+    """The command that serves the catalogue of `kind` over HTTP (the port is appended)."""
+    return [sys.executable, str(SERVE_SCRIPT), kind, "http"]

@@ -1,0 +1,233 @@
+"""The client cache's decisions (PROTOCOL.md section 5), with no I/O and the time passed in.
+
+Two questions, each answered by a pure function that returns a typed decision with a reason a person
+can read:
+- `decide_lookup`: given the stored entry (if any), what to do before sending anything;
+- `decide_reply`: given what the server answered, what to return and what to keep.
+The driver (`mcpcache.client.cache`) does exactly what the decision says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Literal, TypeGuard
+
+from mcpcache.etag import weak_equal
+from mcpcache.protocol import CacheBlock, Scope
+
+CacheMode = Literal["use", "refresh", "bypass"]
+"""use: serve and store; refresh: never serve, but store what comes back; bypass: leave the cache alone."""
+
+CACHE_MODES: tuple[CacheMode, ...] = ("use", "refresh", "bypass")
+
+
+@dataclass(frozen=True)
+class EntryMeta:
+    """What is kept about a stored answer, apart from the answer itself."""
+
+    tool: str
+    scope: Scope
+    ttl_ms: int
+    etag: str | None
+    requested_at: float
+    """When the request that produced (or last revalidated) the entry was sent; a freshness end after this
+    time makes the entry stale."""
+    received_at: float
+    size: int
+    """Bytes of the stored answer: what a fresh hit saves on the wire."""
+
+    def fresh_until(self) -> float:
+        return self.received_at + self.ttl_ms / 1000
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tool": self.tool,
+            "scope": self.scope,
+            "ttlMs": self.ttl_ms,
+            "etag": self.etag,
+            "requestedAt": self.requested_at,
+            "receivedAt": self.received_at,
+            "size": self.size,
+        }
+
+    @classmethod
+    def from_json(cls, raw: object) -> EntryMeta | None:
+        """None for anything that is not a record this module wrote (a corrupt or foreign entry)."""
+        if not isinstance(raw, dict):
+            return None
+        tool, scope, ttl, etag = raw.get("tool"), raw.get("scope"), raw.get("ttlMs"), raw.get("etag")
+        requested, received, size = raw.get("requestedAt"), raw.get("receivedAt"), raw.get("size")
+        if not isinstance(tool, str) or (scope != "private" and scope != "public"):
+            return None
+        if not _is_count(ttl) or not _is_count(size) or (etag is not None and not isinstance(etag, str)):
+            return None
+        if not _is_time(requested) or not _is_time(received):
+            return None
+        return cls(tool, scope, ttl, etag, float(requested), float(received), size)
+
+
+def _is_count(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_time(value: object) -> TypeGuard[float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+# Lookup decisions -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServeFresh:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Revalidate:
+    etag: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """Send an ordinary call; keep the answer if it is cacheable (`store`)."""
+
+    store: bool
+    reason: str
+
+
+Lookup = ServeFresh | Revalidate | Fetch
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f} s"
+
+
+def decide_lookup(mode: CacheMode, entry: EntryMeta | None, now: float, freshness_ended_at: float | None) -> Lookup:
+    if mode == "bypass":
+        return Fetch(store=False, reason="bypass: the cache is not consulted and nothing is stored")
+    if mode == "refresh":
+        return Fetch(store=True, reason="refresh: the stored entry is not served")
+    if entry is None:
+        return Fetch(store=True, reason="miss: nothing stored for this call")
+    ended = freshness_ended_at is not None and freshness_ended_at >= entry.requested_at
+    remaining = entry.fresh_until() - now
+    if not ended and remaining > 0:
+        return ServeFresh(f"fresh: {_seconds(remaining)} of {entry.ttl_ms} ms left")
+    if ended:
+        assert freshness_ended_at is not None
+        why = f"stale: freshness ended {_seconds(now - freshness_ended_at)} ago (a mutating call or a notification)"
+    elif entry.ttl_ms == 0:
+        why = "stale: ttl 0, revalidate before every reuse"
+    else:
+        why = f"stale: ttl {entry.ttl_ms} ms expired {_seconds(-remaining)} ago"
+    if entry.etag is not None:
+        return Revalidate(entry.etag, f"{why}; revalidating with its tag")
+    return Fetch(store=True, reason=f"{why}; no tag to revalidate with")
+
+
+# Reply decisions --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReturnUnstored:
+    """Return the answer as it came; `drop_entry`: the stored entry is superseded and must go."""
+
+    drop_entry: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class StoreAnswer:
+    meta: EntryMeta
+    reason: str
+
+
+@dataclass(frozen=True)
+class ServeStored:
+    """Not modified: serve the stored answer with `block` merged onto its `_meta`, and keep `meta`."""
+
+    meta: EntryMeta
+    block: CacheBlock
+    reason: str
+
+
+@dataclass(frozen=True)
+class RepeatWithoutTag:
+    """A not-modified reply that cannot be matched is never a result: ask again, unconditionally."""
+
+    reason: str
+
+
+Reply = ReturnUnstored | StoreAnswer | ServeStored | RepeatWithoutTag
+
+
+def decide_reply(
+    *,
+    tool: str,
+    sent_etag: str | None,
+    entry: EntryMeta | None,
+    is_error: bool,
+    block: CacheBlock | None,
+    size: int,
+    requested_at: float,
+    received_at: float,
+    store: bool,
+) -> Reply:
+    """`block` is the reply's parsed cache block (None when it has none); `size` its answer's bytes."""
+    if block is not None and block.not_modified:
+        if is_error:
+            return RepeatWithoutTag("a not-modified reply marked as an error confirms nothing")
+        if sent_etag is None:
+            return RepeatWithoutTag("not-modified reply to a request that carried no tag")
+        if entry is None:
+            return RepeatWithoutTag("not-modified reply but the stored entry is gone")
+        if block.etag is None or not weak_equal(block.etag, sent_etag):
+            return RepeatWithoutTag("not-modified reply does not name the tag that was sent")
+        if entry.etag is None or not weak_equal(entry.etag, sent_etag):
+            return RepeatWithoutTag("the stored entry changed while the request was in flight")
+        refreshed = replace(
+            entry,
+            scope=block.cache_scope,
+            ttl_ms=block.ttl_ms if block.ttl_ms is not None else 0,
+            etag=block.etag,
+            requested_at=requested_at,
+            received_at=received_at,
+        )
+        return ServeStored(refreshed, block, "revalidated: the server confirmed the stored answer")
+    if is_error:
+        return ReturnUnstored(drop_entry=False, reason="error results are never stored")
+    if block is None or not block.cacheable:
+        return ReturnUnstored(drop_entry=entry is not None, reason="not stored: the answer has no cache block")
+    if not store:
+        return ReturnUnstored(drop_entry=False, reason="not stored: bypass")
+    meta = EntryMeta(
+        tool=tool,
+        scope=block.cache_scope,
+        ttl_ms=block.ttl_ms if block.ttl_ms is not None else 0,
+        etag=block.etag,
+        requested_at=requested_at,
+        received_at=received_at,
+        size=size,
+    )
+    verb = "replaced" if entry is not None else "stored"
+    tagged = "tagged" if meta.etag else "no tag"
+    return StoreAnswer(meta, f"{verb}: {block.cache_scope}, ttl {meta.ttl_ms} ms, {tagged}")
+
+
+def may_serve(entry: EntryMeta, arm: Literal["private", "public"], share_public: bool) -> bool:
+    """A public-arm entry is served across partitions only if it says public and sharing is on."""
+    if arm == "private":
+        return True
+    return entry.scope == "public" and share_public
+
+
+def ends_freshness(*, read_only: bool | None, trusted: bool, answered_with_block: bool) -> bool:
+    """Whether a call that reached the server ends the freshness of the server's entries in the partition.
+
+    Annotations are believed only from a trusted server. A reply that carries a cache block is the
+    server saying the call was a read, so it never ends freshness on its own.
+    """
+    if answered_with_block:
+        return False
+    return not (trusted and read_only is True)

@@ -1,0 +1,410 @@
+"""What a weak ETag costs the server, and what a not-modified reply saves on the wire.
+
+Two questions, answered on realistic answers (the demo server's read_notebook on generated notebooks):
+
+1. Stamping: how long mcpcache's `content_tag` takes on a result of 10 KB .. 20 MB, next to
+   (a) the SHA-256 tag of the Datalayer Jupyter MCP server (sha256 of `json.dumps(obj, sort_keys=True,
+   separators=(",", ":"))`, first 32 hex digits) over the same document, and
+   (b) the SDK's own serialisation of the same result (`CallToolResult.model_dump_json(by_alias=True,
+   exclude_none=True)`), which every reply pays anyway.
+2. Wire: the bytes of a full reply and of a not-modified reply for a 5 MB notebook, counted at the
+   client's transport (mcpcache.bench.wire) over stdio against `python -m mcpcache demo-server`.
+
+Run:  python benchmarks/etag_overhead.py            (about a minute)
+      python benchmarks/etag_overhead.py --quick    (fewer runs; a smoke test, not for the docs)
+      python benchmarks/etag_overhead.py --json out.json
+It prints Markdown tables; docs/benchmarks.md holds a copy of one run and how to read it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import ssl
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, TextIO, cast
+
+import anyio
+import mcp
+import mcp_types as mt
+import orjson
+import xxhash
+from mcp import StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from mcpcache import etag
+from mcpcache.bench.wire import CountingTransport, WireLog
+from mcpcache.demo.notebooks import generate_notebook_of_size
+from mcpcache.demo.server import NotebookFolder, build_demo_server
+from mcpcache.protocol import META_KEY, conditional_request_meta
+
+MB = 1_000_000
+SIZES = (("10 KB", 10_000), ("1 MB", MB), ("5 MB", 5 * MB), ("10 MB", 10 * MB), ("20 MB", 20 * MB))
+RUNS = {10_000: 500, MB: 100, 5 * MB: 30, 10 * MB: 20, 20 * MB: 10}
+WARMUP = 3
+WIRE_NOTEBOOK_BYTES = 5 * MB
+WIRE_REPEATS = 5
+
+
+# --- the machine ------------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, str]:
+    cpu = platform.processor() or platform.machine()
+    cpuinfo: dict[str, str] = {}
+    try:
+        # The first processor's block is enough: the cores of one machine are alike.
+        for line in Path("/proc/cpuinfo").read_text().split("\n\n", 1)[0].splitlines():
+            key, _, value = line.partition(":")
+            cpuinfo[key.strip()] = value.strip()
+    except OSError:
+        pass
+    if "model name" in cpuinfo:
+        cpu = f"{cpuinfo['model name']} (family {cpuinfo.get('cpu family', '?')}, model {cpuinfo.get('model', '?')})"
+    flags = cpuinfo.get("flags", "").split()
+    versions = ", ".join(
+        f"{name} {importlib.metadata.version(name)}"
+        for name in ("mcpcache", "mcp", "fastmcp", "pydantic", "pydantic-core", "orjson", "xxhash")
+    )
+    return {
+        "cpu": cpu,
+        "cores": str(os.cpu_count()),
+        "sha_extensions": "yes" if "sha_ni" in flags else "no" if flags else "unknown",
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "os": platform.platform(),
+        "openssl": ssl.OPENSSL_VERSION,
+        "libraries": versions,
+    }
+
+
+# --- stamping -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Timing:
+    best_ms: float
+    median_ms: float
+    runs: int
+
+
+def measure(fn: Callable[[], object], runs: int) -> Timing:
+    for _ in range(WARMUP):
+        fn()
+    samples = []
+    # As timeit does: a collection landing in one sample says nothing about the code being timed.
+    gc.disable()
+    try:
+        for _ in range(runs):
+            start = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - start)
+    finally:
+        gc.enable()
+    return Timing(min(samples) * 1e3, statistics.median(samples) * 1e3, runs)
+
+
+def datalayer_tag(document: Any) -> str:
+    """The SHA-256 form: sha256 of sorted, compact `json.dumps`, first 32 hex digits."""
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"))
+    return f'W/"{hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]}"'
+
+
+@dataclass
+class Sample:
+    label: str
+    notebook_bytes: int
+    cells: int
+    result_bytes: int
+    canonical_bytes: int
+    has_null: bool
+    content: list[mt.ContentBlock]
+    structured: dict[str, Any]
+    path: Path
+
+
+async def read_notebook_result(directory: Path, name: str) -> tuple[list[mt.ContentBlock], dict[str, Any]]:
+    """What the mcpcache middleware sees for read_notebook: FastMCP's ToolResult, before any stamping."""
+    server = build_demo_server(directory, revalidation=False)
+    result = await server.call_tool("read_notebook", {"path": name})
+    assert result.structured_content is not None
+    return list(result.content), result.structured_content
+
+
+def wire_json(content: list[mt.ContentBlock], structured: dict[str, Any]) -> str:
+    return mt.CallToolResult(content=content, structured_content=structured).model_dump_json(
+        by_alias=True, exclude_none=True
+    )
+
+
+async def build_samples(directory: Path, sizes: tuple[tuple[str, int], ...]) -> list[Sample]:
+    """Results whose SDK serialisation is close to each size: the notebook is sized, measured, resized."""
+    samples = []
+    for label, target in sizes:
+        name = f"result-{target}.ipynb"
+        notebook_target = target // 2  # an answer goes out twice: text content and structuredContent
+        for _ in range(2):
+            path = generate_notebook_of_size(directory / name, notebook_target, seed=42)
+            content, structured = await read_notebook_result(directory, name)
+            result_bytes = len(wire_json(content, structured).encode("utf-8"))
+            notebook_target = max(1_000, round(notebook_target * target / result_bytes))
+        document = {"content": etag.wire_content(content), "structuredContent": structured}
+        canonical = etag.canonical_json(document)
+        samples.append(
+            Sample(
+                label=label,
+                notebook_bytes=path.stat().st_size,
+                cells=int(structured["cell_count"]),
+                result_bytes=result_bytes,
+                canonical_bytes=len(canonical),
+                has_null=b"null" in canonical,
+                content=content,
+                structured=structured,
+                path=path,
+            )
+        )
+    return samples
+
+
+@dataclass
+class StampRow:
+    label: str
+    notebook_bytes: int
+    cells: int
+    result_bytes: int
+    canonical_bytes: int
+    nan_walk: bool
+    runs: int
+    mcpcache: Timing
+    sha256_form: Timing
+    sdk_serialisation: Timing
+    validator: Timing
+    # Where mcpcache's time goes (best of the same runs each).
+    part_canonical_orjson: Timing
+    part_null_scan: Timing
+    part_nan_walk: Timing
+    part_xxh3: Timing
+
+
+def stamp_row(sample: Sample, runs: int) -> StampRow:
+    content, structured = sample.content, sample.structured
+    # (a) is given plain dicts, already dumped, so its time is only its serialiser and hash.
+    document = {"content": etag.wire_content(content), "structuredContent": structured}
+    result = mt.CallToolResult(content=content, structured_content=structured)
+    canonical = etag.canonical_json(document)
+    folder = NotebookFolder(sample.path.parent)
+    arguments = {"path": sample.path.name}
+
+    def with_validator() -> str:
+        version = folder.version(sample.path.name)
+        return etag.validator_tag("read_notebook", arguments, version)
+
+    assert datalayer_tag(document) != etag.content_tag(content, structured)
+    return StampRow(
+        label=sample.label,
+        notebook_bytes=sample.notebook_bytes,
+        cells=sample.cells,
+        result_bytes=sample.result_bytes,
+        canonical_bytes=sample.canonical_bytes,
+        nan_walk=sample.has_null,
+        runs=runs,
+        mcpcache=measure(lambda: etag.content_tag(content, structured), runs),
+        sha256_form=measure(lambda: datalayer_tag(document), runs),
+        sdk_serialisation=measure(lambda: result.model_dump_json(by_alias=True, exclude_none=True), runs),
+        validator=measure(with_validator, runs),
+        part_canonical_orjson=measure(lambda: orjson.dumps(document, option=orjson.OPT_SORT_KEYS), runs),
+        part_null_scan=measure(lambda: b"null" in canonical, runs),
+        part_nan_walk=measure(lambda: etag._reject_non_finite(document), runs),
+        part_xxh3=measure(lambda: xxhash.xxh3_128_hexdigest(canonical), runs),
+    )
+
+
+# --- wire bytes -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class WireRow:
+    configuration: str
+    era: str
+    request_bytes: int
+    full_reply_bytes: int
+    conditional_request_bytes: int
+    conditional_reply_bytes: int
+    not_modified: bool
+    full_call_ms: float
+    conditional_call_ms: float
+
+
+async def wire_row(
+    directory: Path, name: str, configuration: str, flags: list[str], mode: str, errlog: TextIO
+) -> WireRow:
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "mcpcache", "demo-server", "--dir", str(directory), *flags]
+    )
+    log = WireLog()
+    full_ms: list[float] = []
+    conditional_ms: list[float] = []
+    transport = CountingTransport(stdio_client(params, errlog=errlog), log)
+    async with mcp.Client(transport, mode=mode) as client:
+        era = client.session.protocol_version if hasattr(client.session, "protocol_version") else mode
+        # Listed first so the schema fetch the SDK does before validating a result is not counted in a call.
+        await client.list_tools()
+        for _ in range(WIRE_REPEATS):
+            full_mark = log.mark()
+            start = time.perf_counter()
+            full = await client.call_tool("read_notebook", {"path": name})
+            full_ms.append(time.perf_counter() - start)
+        tag = ((full.meta or {}).get(META_KEY) or {}).get("etag") or 'W/"00000000000000000000000000000000"'
+        for _ in range(WIRE_REPEATS):
+            conditional_mark = log.mark()
+            start = time.perf_counter()
+            meta = cast(mt.RequestParamsMeta, conditional_request_meta(tag))
+            again = await client.call_tool("read_notebook", {"path": name}, meta=meta)
+            conditional_ms.append(time.perf_counter() - start)
+    request, reply = log.exchange("tools/call", since=full_mark)
+    conditional_request, conditional_reply = log.exchange("tools/call", since=conditional_mark)
+    block = (again.meta or {}).get(META_KEY) or {}
+    return WireRow(
+        configuration=configuration,
+        era=str(era),
+        request_bytes=request.nbytes,
+        full_reply_bytes=reply.nbytes,
+        conditional_request_bytes=conditional_request.nbytes,
+        conditional_reply_bytes=conditional_reply.nbytes,
+        not_modified=block.get("notModified") is True,
+        full_call_ms=statistics.median(full_ms) * 1e3,
+        conditional_call_ms=statistics.median(conditional_ms) * 1e3,
+    )
+
+
+async def wire_rows(directory: Path, errlog: TextIO) -> tuple[int, list[WireRow]]:
+    name = "wire-5mb.ipynb"
+    path = generate_notebook_of_size(directory / name, WIRE_NOTEBOOK_BYTES, seed=5)
+    configurations: tuple[tuple[str, list[str]], ...] = (
+        ("mcpcache, tag from the answer", []),
+        ("mcpcache, validator", ["--validator"]),
+        ("plain FastMCP (no mcpcache)", ["--no-revalidation"]),
+    )
+    rows = []
+    for mode in ("auto", "legacy"):
+        for configuration, flags in configurations:
+            rows.append(await wire_row(directory, name, configuration, flags, mode, errlog))
+    return path.stat().st_size, rows
+
+
+# --- report ---------------------------------------------------------------------------------------------
+
+
+def _bytes(n: int) -> str:
+    return f"{n / MB:.2f} MB" if n >= MB else f"{n / 1000:.1f} KB" if n >= 10_000 else f"{n:,} B"
+
+
+def render(info: dict[str, str], stamps: list[StampRow], wire_notebook: int, wires: list[WireRow]) -> str:
+    out = ["### Machine", ""]
+    out += [f"- {key}: {value}" for key, value in info.items()]
+    out += [
+        "",
+        "### Stamping a tag: ratios (best of N)",
+        "",
+        "| result | SHA-256 form ÷ mcpcache | mcpcache ÷ SDK serialisation | validator ÷ SDK serialisation |",
+        "|---|---|---|---|",
+    ]
+    for row in stamps:
+        out.append(
+            f"| {row.label} | **{row.sha256_form.best_ms / row.mcpcache.best_ms:.1f}×** "
+            f"| **{100 * row.mcpcache.best_ms / row.sdk_serialisation.best_ms:.0f} %** "
+            f"| {100 * row.validator.best_ms / row.sdk_serialisation.best_ms:.0f} % |"
+        )
+    out += [
+        "",
+        "### Stamping a tag: absolute times, ms (best / median of N)",
+        "",
+        "| result | SDK bytes | notebook | cells | N | mcpcache `content_tag` | SHA-256 form (a) "
+        "| SDK `model_dump_json` (b) | validator (file xxh3 + tag) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in stamps:
+        out.append(
+            f"| {row.label} | {row.result_bytes:,} | {_bytes(row.notebook_bytes)} | {row.cells} | {row.runs} "
+            f"| {row.mcpcache.best_ms:.3f} / {row.mcpcache.median_ms:.3f} "
+            f"| {row.sha256_form.best_ms:.3f} / {row.sha256_form.median_ms:.3f} "
+            f"| {row.sdk_serialisation.best_ms:.3f} / {row.sdk_serialisation.median_ms:.3f} "
+            f"| {row.validator.best_ms:.3f} / {row.validator.median_ms:.3f} |"
+        )
+    out += [
+        "",
+        "### Where mcpcache's stamping time goes, ms (best of N, each part timed alone)",
+        "",
+        '| result | canonical bytes | `content_tag` | orjson sorted dump | `b"null"` scan | NaN walk (ran?) '
+        "| xxh3-128 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in stamps:
+        out.append(
+            f"| {row.label} | {row.canonical_bytes:,} | {row.mcpcache.best_ms:.3f} "
+            f"| {row.part_canonical_orjson.best_ms:.3f} | {row.part_null_scan.best_ms:.3f} "
+            f"| {row.part_nan_walk.best_ms:.3f} ({'yes' if row.nan_walk else 'no'}) | {row.part_xxh3.best_ms:.3f} |"
+        )
+    out += [
+        "",
+        f"### Wire bytes for one read_notebook of a {_bytes(wire_notebook)} notebook (stdio, counted per message)",
+        "",
+        "| server | protocol | request | full reply | conditional request | reply to it | not-modified? "
+        f"| full call, ms | conditional call, ms (median of {WIRE_REPEATS}) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for wire in wires:
+        out.append(
+            f"| {wire.configuration} | {wire.era} | {wire.request_bytes:,} B | {wire.full_reply_bytes:,} B "
+            f"| {wire.conditional_request_bytes:,} B | **{wire.conditional_reply_bytes:,} B** "
+            f"| {'yes' if wire.not_modified else 'no'} | {wire.full_call_ms:.1f} | {wire.conditional_call_ms:.1f} |"
+        )
+    return "\n".join(out)
+
+
+async def run(quick: bool, server_stderr: TextIO) -> dict[str, Any]:
+    info = machine()
+    with tempfile.TemporaryDirectory(prefix="mcpcache-bench-") as tmp:
+        directory = Path(tmp)
+        print("building results...", file=sys.stderr)
+        samples = await build_samples(directory, SIZES)
+        stamps = []
+        for sample in samples:
+            runs = max(3, RUNS[dict(SIZES)[sample.label]] // (10 if quick else 1))
+            print(f"stamping {sample.label} ({runs} runs)...", file=sys.stderr)
+            stamps.append(stamp_row(sample, runs))
+        print("wire bytes over stdio...", file=sys.stderr)
+        wire_notebook, wires = await wire_rows(directory, server_stderr)
+    print(render(info, stamps, wire_notebook, wires))
+    return {
+        "machine": info,
+        "stamping": [asdict(row) for row in stamps],
+        "wire_notebook_bytes": wire_notebook,
+        "wire": [asdict(row) for row in wires],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="a tenth of the runs (smoke test)")
+    parser.add_argument("--json", type=Path, help="also write the raw numbers here")
+    args = parser.parse_args()
+    # The servers log their start on stderr; that is not part of the report.
+    with open(os.devnull, "w") as server_stderr:
+        results = anyio.run(run, args.quick, server_stderr)
+    if args.json is not None:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -31,11 +31,19 @@ class CanonicalizationError(ValueError):
 
 
 def _reject_non_finite(value: Any) -> None:
-    # orjson writes NaN and infinities as null, which would give a NaN answer the tag of a null one.
+    # orjson writes NaN and infinities as null, which would give a NaN answer the tag of a null one. The
+    # walk checks exact types first because answers are mostly strings, which need no look inside.
     stack = [value]
     while stack:
         item = stack.pop()
-        if isinstance(item, float):
+        kind = type(item)
+        if kind is str or kind is int or kind is bool or item is None:
+            continue
+        if kind is dict:
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+        elif isinstance(item, float):
             if not math.isfinite(item):
                 raise CanonicalizationError(f"non-finite number {item!r} has no JSON form")
         elif isinstance(item, dict):
@@ -44,16 +52,18 @@ def _reject_non_finite(value: Any) -> None:
             stack.extend(item)
 
 
-def canonical_json(value: Any) -> bytes:
-    """UTF-8 JSON, keys sorted, no insignificant whitespace, arrays in order. Raises CanonicalizationError."""
+def _dump(value: Any) -> bytes:
     try:
         out = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     except (TypeError, orjson.JSONEncodeError) as exc:
         raise CanonicalizationError(str(exc)) from exc
-    # Only a document that contains a null can be hiding a NaN, so most answers skip the walk.
-    if b"null" in out:
-        _reject_non_finite(value)
+    _reject_non_finite(value)
     return out
+
+
+def canonical_json(value: Any) -> bytes:
+    """UTF-8 JSON, keys sorted, no insignificant whitespace, arrays in order. Raises CanonicalizationError."""
+    return _dump(value)
 
 
 def wire_content(blocks: Iterable[BaseModel | Mapping[str, Any]]) -> list[Any]:
@@ -73,9 +83,22 @@ def tag_of_bytes(data: bytes) -> str:
 
 
 def content_tag(content: Iterable[BaseModel | Mapping[str, Any]], structured_content: Any) -> str:
-    """The tag of an answer: it covers every field a not-modified reply leaves out."""
-    document = {"content": wire_content(content), "structuredContent": structured_content}
-    return tag_of_bytes(canonical_json(document))
+    """The tag of an answer: it covers every field a not-modified reply leaves out.
+
+    The canonical document is `{"content": [...], "structuredContent": ...}`; its two keys already sort
+    in that order, so it is fed to the hash piece by piece, which gives the same bytes as one dump
+    without building a second multi-megabyte buffer.
+    """
+    digest = xxhash.xxh3_128()
+    digest.update(b'{"content":[')
+    for index, block in enumerate(wire_content(content)):
+        if index:
+            digest.update(b",")
+        digest.update(_dump(block))
+    digest.update(b'],"structuredContent":')
+    digest.update(_dump(structured_content))
+    digest.update(b"}")
+    return format_tag(digest.hexdigest())
 
 
 def validator_tag(tool: str, arguments: Mapping[str, Any] | None, version: Any) -> str:

@@ -577,21 +577,44 @@ async def test_response_caching_middleware_inside_mcpcache_keeps_both_savings(st
     assert store.runs_of("memo_doc", "memo") == 1
 
 
-async def test_response_caching_middleware_outside_would_memoise_a_not_modified_stub(store: DocStore) -> None:
-    """Why the order matters: with the memo OUTSIDE mcpcache, a conditional call that misses the memo gets
-    not-modified, the memo stores that stub, and the next stock client is served an empty answer."""
+async def test_a_validator_is_not_trusted_for_a_tool_a_memo_answers(store: DocStore) -> None:
+    """A memo inside mcpcache may answer from an older version than the validator names. Stamping the
+    validator's newer tag on the memo's older answer would later confirm content the client never got,
+    so for tools the memo covers the tag comes from what was actually answered."""
+    server = FastMCP("memo-validator")
+
+    @server.tool
+    def memo_doc(key: str) -> dict[str, Any]:
+        store.ran("memo_doc", key)
+        return {"kind": "doc", "key": key, "text": store.text(key)}
+
+    server.add_middleware(ResponseCachingMiddleware())
+    install(server, {"memo_doc": CachePolicy(ttl_ms=1000, validator=lambda a: store.version(a["key"]))})
+    args = {"key": "memo-v"}
+    async with connect(server) as client:
+        first = await call_raw(client, "memo_doc", args)
+        store.write("memo-v", "second edition")  # the memo still holds the first edition
+        second = await call_raw(client, "memo_doc", args)
+    for answer in (first, second):
+        sent_tag = content_tag(answer.content, answer.structured_content)
+        assert block_of(answer).etag == sent_tag  # type: ignore[union-attr]
+    assert second.structured_content == first.structured_content
+
+
+async def test_a_memo_outside_mcpcache_never_receives_a_not_modified_stub(store: DocStore) -> None:
+    """With the memo OUTSIDE mcpcache, a not-modified reply would be memoised and served to the next stock
+    client as an empty answer. The middleware sees the memo above it and answers in full instead."""
     server = _memo_server(store, memo_outside=True)
     args = {"key": "memo"}
     async with connect(server) as client:
-        tag = content_tag(
-            [{"type": "text", "text": '{"kind":"doc","key":"memo","text":"memo: first edition"}'}],
-            {"kind": "doc", "key": "memo", "text": "memo: first edition"},
-        )
+        first = await call_raw(client, "memo_doc", args)
+        tag = block_of(first).etag  # type: ignore[union-attr]
         reply = await call_conditional(client, "memo_doc", args, tag)
         stock = await call_raw(client, "memo_doc", args)
     assert block_of(reply) is not None
-    assert block_of(reply).not_modified  # type: ignore[union-attr]
-    assert stock.content == []  # the hazard install() avoids by putting mcpcache first
+    assert not block_of(reply).not_modified  # type: ignore[union-attr]
+    assert reply.structured_content == first.structured_content
+    assert stock.content == first.content  # never the empty stub
 
 
 # --- capability ------------------------------------------------------------------------------------

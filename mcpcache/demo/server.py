@@ -238,11 +238,10 @@ def _cell_index(index: int, cells: list[Any], path: str) -> int:
 class _Memo:
     """FastMCP's response memo, plus the invalidation it lacks.
 
-    The memo keys on tool and arguments only, so it cannot see a notebook change. Edits through
-    `edit_cell` clear it, and so does the validator when it sees a notebook's bytes change: without
-    that, mcpcache would stamp the new version's tag on the memo's old answer, and a client holding
-    that pair would be told "not modified" about content it never got. Changes by other programs,
-    without a validator, are served stale until the memo's ttl, as with any memo.
+    The memo keys on tool and arguments only, so it cannot see a notebook change: edits through
+    `edit_cell` clear it. Changes by other programs are served stale until the memo's ttl, as with any
+    memo. (mcpcache does not use the validator for tools a memo covers: the memo may answer from an
+    older version than the validator names.)
     """
 
     def __init__(self, ttl_seconds: int) -> None:
@@ -252,17 +251,11 @@ class _Memo:
             call_tool_settings=CallToolSettings(ttl=ttl_seconds, included_tools=list(READ_TOOLS)),
             max_item_size=_MEMO_MAX_ITEM_BYTES,
         )
-        self._versions: dict[str, str] = {}
 
     async def invalidate(self) -> None:
         # Key by key: destroying the collection would leave the memo reading a collection that is gone.
         while keys := await self.store.keys(_MEMO_COLLECTION):
             await self.store.delete_many(keys, collection=_MEMO_COLLECTION)
-
-    async def observe(self, path: str, version: str) -> None:
-        if self._versions.get(path, version) != version:
-            await self.invalidate()
-        self._versions[path] = version
 
 
 def build_demo_server(
@@ -341,11 +334,7 @@ def build_demo_server(
         return server
 
     async def notebook_version(arguments: Mapping[str, Any]) -> str | None:
-        path = arguments.get("path")
-        version = await anyio.to_thread.run_sync(folder.version, path)
-        if version is not None and response_memo is not None and isinstance(path, str):
-            await response_memo.observe(path, version)
-        return version
+        return await anyio.to_thread.run_sync(folder.version, arguments.get("path"))
 
     scope: Literal["private"] = "private"
     validate = notebook_version if validator else None

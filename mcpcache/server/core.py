@@ -159,13 +159,21 @@ class Revalidator:
         run_body: Callable[[], Awaitable[R]],
         read_answer: Callable[[R], Answer | None],
         has_structured_output: Callable[[], Awaitable[bool | None]] | None = None,
+        memo_inside: bool = False,
+        memo_outside: bool = False,
     ) -> Outcome[R]:
+        """`memo_inside`/`memo_outside`: a response memo sits between this layer and the body, or above it.
+
+        A memo inside may answer from an older version of the source than the validator just named, so
+        the validator is not used and the tag comes from what the memo answered. A memo outside would
+        keep a not-modified reply and serve it to callers that sent no tag, so none is made.
+        """
         policy = self.policies.get(tool)
         if policy is None:
             return PassThrough(await run_body(), "tool not declared")
         args = arguments or {}
-        requested = requested_etag(request_meta, self.meta_key) if policy.etag else None
-        pre_tag = await self._version_tag(tool, policy, args)
+        requested = requested_etag(request_meta, self.meta_key) if policy.etag and not memo_outside else None
+        pre_tag = None if memo_inside else await self._version_tag(tool, policy, args)
         if requested is not None and pre_tag is not None and weak_equal(requested, pre_tag):
             structured = await has_structured_output() if has_structured_output is not None else None
             if structured is None:

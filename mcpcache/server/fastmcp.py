@@ -1,8 +1,11 @@
 """FastMCP adapter: a middleware that stamps declared tools and answers not-modified.
 
 Place it before (outside) `ResponseCachingMiddleware`: the memo then still saves the server's work, and
-this middleware still turns a memo hit into a not-modified reply. Inside the memo it would never run
-on a hit. `install` puts it first in the chain and advertises the extension.
+this middleware still turns a memo hit into a not-modified reply. `install` puts it first in the chain
+and advertises the extension. The middleware also looks at where memos sit on every call and stays
+correct whatever the order: behind a memo it makes no not-modified replies (the memo would keep one and
+serve it to stock clients), and in front of one it does not use validators for the tools the memo
+covers (the memo may answer from an older version than the validator names).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import mcp_types as mt
 from fastmcp.server.extensions import ServerExtension
 from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
+from fastmcp.server.middleware.caching import ResponseCachingMiddleware
 from fastmcp.tools.base import ToolResult
 
 from mcpcache.protocol import EXTENSION_ID, META_KEY, extension_settings, with_block
@@ -23,6 +27,28 @@ if TYPE_CHECKING:
     from fastmcp import FastMCP
 
 __all__ = ["RevalidationCapability", "RevalidationMiddleware", "install"]
+
+
+def _memo_covers(memo: Middleware, tool: str) -> bool:
+    if not isinstance(memo, ResponseCachingMiddleware):
+        return False
+    try:
+        settings = memo._call_tool_settings
+        return settings.get("enabled") is not False and memo._matches_tool_cache_settings(tool_name=tool)
+    except AttributeError:
+        # Its settings moved in some FastMCP release: assume it covers the tool, the safe reading.
+        return True
+
+
+def memos_around(chain: list[Middleware], me: Middleware, tool: str) -> tuple[bool, bool]:
+    """(a memo covering `tool` sits inside `me`, one sits outside `me`) in a middleware chain."""
+    try:
+        position = next(i for i, mw in enumerate(chain) if mw is me)
+    except StopIteration:
+        return False, False
+    inside = any(_memo_covers(mw, tool) for mw in chain[position + 1 :])
+    outside = any(_memo_covers(mw, tool) for mw in chain[:position])
+    return inside, outside
 
 
 def _read_answer(result: ToolResult) -> Answer | None:
@@ -57,6 +83,7 @@ class RevalidationMiddleware(Middleware):
             tool = await fctx.fastmcp.get_tool(name)
             return None if tool is None else tool.output_schema is not None
 
+        memo_inside, memo_outside = memos_around(fctx.fastmcp.middleware, self, name) if fctx else (False, False)
         outcome = await self.revalidator.call(
             tool=name,
             arguments=context.message.arguments,
@@ -64,6 +91,8 @@ class RevalidationMiddleware(Middleware):
             run_body=lambda: call_next(context),
             read_answer=_read_answer,
             has_structured_output=has_structured_output,
+            memo_inside=memo_inside,
+            memo_outside=memo_outside,
         )
         if isinstance(outcome, PassThrough):
             return outcome.result

@@ -1,9 +1,28 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
+from support.redis_server import RedisServer, redis_server_binary
 
 
 @pytest.fixture
 def anyio_backend() -> str:
     # The SDKs run on asyncio; trio is not a target.
     return "asyncio"
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """One real redis-server for the session; tests keep apart by namespace, never by flushing."""
+    server = RedisServer(redis_server_binary())
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url(redis_server: RedisServer) -> str:
+    return redis_server.url

@@ -1,0 +1,209 @@
+"""The one storage interface every mcpcache store implements, and the contract it keeps.
+
+A store maps string keys to items: a small JSON metadata object kept apart from an opaque body, so a
+revalidation can refresh the metadata of a 20 MB entry without rewriting the 20 MB (the idea
+CacheControl's separate-body cache had). Items carry a group (used to drop or cap a whole conversation's
+references at once), a creation time and an optional hard expiry.
+
+Contract, checked by tests/stores/test_contract.py against every store:
+- `load` returns what `save` stored, or None. A missing, expired, corrupt or wrong-shape record is None,
+  never an exception; a record that cannot be decoded is deleted.
+- An item is expired once the store's clock reaches `expires_at` (`expires_at <= now`, the SDK's own
+  freshness test). Expired items are never returned and never counted: `usage` and the counts the
+  removal methods return cover live items only. A save whose `expires_at` has already passed stores
+  nothing (and still drops the previous item under that key).
+- `save` replaces the whole item (its group too). A store bounded in bytes or items evicts
+  least-recently-used items (loads, saves and `update_meta` all count as use) until the new item fits;
+  an item larger than the whole byte bound is not stored, and the item it would have replaced is gone.
+- `update_meta` replaces the metadata and expiry of an existing live item, keeping its body and group,
+  and counts as a use; False if absent. If the new size no longer fits the byte bound the item is dropped
+  (it still returns True: the item existed).
+- Group operations affect exactly the items saved with that group. `remove_created_before` drops items
+  whose group starts with the prefix ("" matches every group) and whose `created_at` is strictly earlier.
+  `trim_group` evicts in least-recently-used order and returns how many live items it evicted.
+- Operations may raise (a broken disk, a dead server). Callers (the tool cache, the references) turn
+  every store failure into a miss; stores do not swallow their own errors.
+
+Every store also satisfies the MCP SDK's `ResponseCacheStore` protocol (get/set/delete/clear on
+`CacheKey`/`CacheEntry`) through `SDKResponseCacheMixin`, so one SQLite file or Redis server can also
+hold `mcp.Client`'s own list and `resources/read` cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import mcp_types
+import orjson
+from mcp.client import CacheEntry, CacheKey
+from pydantic import ValidationError
+
+logger = logging.getLogger("mcpcache.stores")
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    meta: Mapping[str, Any]
+    body: bytes
+    group: str = ""
+    created_at: float = 0.0
+    expires_at: float | None = None
+    """Wall-clock epoch seconds after which the store may drop the item; None keeps it until evicted."""
+
+    @property
+    def size(self) -> int:
+        """What the item counts against a byte bound (body plus encoded metadata)."""
+        return len(self.body) + len(encode_meta(self.meta))
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    items: int
+    bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoreLimits:
+    """Bounds a store enforces on save; None means unbounded."""
+
+    max_bytes: int | None = None
+    max_items: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_bytes", "max_items"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+                raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+
+
+def encode_meta(meta: Mapping[str, Any]) -> bytes:
+    return orjson.dumps(dict(meta))
+
+
+def decode_meta(raw: bytes | str) -> dict[str, Any] | None:
+    """The metadata object, or None when the bytes are not a JSON object (a corrupt record)."""
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+SDK_GROUP = "mcp-sdk"
+"""The group holding entries written through the SDK's ResponseCacheStore protocol."""
+
+
+def sdk_store_key(key: CacheKey) -> str:
+    """The store key an SDK `CacheKey` is kept under."""
+    # Fields hashed as a JSON array: the SDK warns against flattening CacheKey into one string.
+    fields = json.dumps([key.method, key.params_key, key.partition])
+    return "s:" + hashlib.sha256(fields.encode()).hexdigest()
+
+
+def _result_type(name: object) -> type[mcp_types.Result] | None:
+    # Only result models from mcp_types are rebuilt: a record naming anything else is corrupt or hostile.
+    cls = getattr(mcp_types, name, None) if isinstance(name, str) else None
+    if isinstance(cls, type) and issubclass(cls, mcp_types.Result):
+        return cls
+    return None
+
+
+class SDKResponseCacheMixin:
+    """The MCP SDK's `ResponseCacheStore` protocol on top of the store primitives."""
+
+    async def get(self, key: CacheKey) -> CacheEntry | None:
+        store = _as_store(self)
+        item = await store.load(sdk_store_key(key))
+        if item is None:
+            return None
+        cls = _result_type(item.meta.get("type"))
+        scope = item.meta.get("scope")
+        expires_at = item.meta.get("expiresAt")
+        if cls is None or scope not in ("public", "private") or not isinstance(expires_at, int | float | None):
+            await store.remove(sdk_store_key(key))
+            return None
+        try:
+            value = cls.model_validate_json(item.body, by_alias=True)
+        except ValidationError:
+            await store.remove(sdk_store_key(key))
+            return None
+        return CacheEntry(value=value, scope=scope, expires_at=expires_at)
+
+    async def set(self, key: CacheKey, entry: CacheEntry) -> None:
+        store = _as_store(self)
+        value = entry.value
+        if not isinstance(value, mcp_types.Result) or _result_type(type(value).__name__) is not type(value):
+            raise TypeError(f"cannot store a {type(value).__name__} in an mcpcache store")
+        body = value.model_dump_json(by_alias=True, exclude_unset=True).encode()
+        meta = {"type": type(value).__name__, "scope": entry.scope, "expiresAt": entry.expires_at}
+        # An SDK entry is only ever served while fresh, so the store may drop it once it is not.
+        item = Item(meta=meta, body=body, group=SDK_GROUP, created_at=store.now(), expires_at=entry.expires_at)
+        await store.save(sdk_store_key(key), item)
+
+    async def delete(self, key: CacheKey) -> None:
+        await _as_store(self).remove(sdk_store_key(key))
+
+    async def clear(self) -> None:
+        """Clears the SDK's entries only; the store's other contents are not the SDK's to drop."""
+        await _as_store(self).remove_group(SDK_GROUP)
+
+
+def _as_store(obj: object) -> Store:
+    assert isinstance(obj, Store)
+    return obj
+
+
+class Store(SDKResponseCacheMixin, ABC):
+    """The async interface of every mcpcache store. See the module docstring for the contract."""
+
+    @abstractmethod
+    async def load(self, key: str) -> Item | None: ...
+
+    @abstractmethod
+    async def save(self, key: str, item: Item) -> None: ...
+
+    @abstractmethod
+    async def update_meta(self, key: str, meta: Mapping[str, Any], expires_at: float | None) -> bool: ...
+
+    @abstractmethod
+    async def remove(self, key: str) -> None: ...
+
+    @abstractmethod
+    async def remove_group(self, group: str) -> int:
+        """Drop every item of `group`; returns how many were dropped."""
+
+    @abstractmethod
+    async def remove_created_before(self, group_prefix: str, created_before: float) -> int:
+        """Drop items whose group starts with `group_prefix` and that were created before the time."""
+
+    @abstractmethod
+    async def trim_group(self, group: str, max_bytes: int) -> int:
+        """Evict the group's least-recently-used items until it holds at most `max_bytes`; returns the count."""
+
+    @abstractmethod
+    async def usage(self, group: str | None = None) -> Usage:
+        """Items and bytes held, in one group or in the whole store."""
+
+    @abstractmethod
+    async def remove_all(self) -> None:
+        """Drop everything this store holds (within its namespace)."""
+
+    def now(self) -> float:
+        """The store's clock (epoch seconds): what expiry is judged against, and the default creation time."""
+        return time.time()
+
+    async def close(self) -> None:
+        """Release connections; the store is unusable afterwards."""
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,221 @@
+"""The in-process store: a byte-bounded LRU for one process that needs no file and no server.
+
+Unbounded in-memory caches are the second most reported problem with Python HTTP caches (a few large
+bodies and the process is gone), so this store is bounded by default and counts exactly what the contract
+counts: body bytes plus encoded metadata. Bodies are held as immutable `bytes` and nothing but the LRU
+table refers to them, so an evicted body is freed the moment it leaves (unless a caller still holds the
+`Item` it loaded).
+
+Every method body is synchronous, so on one event loop no task ever sees a half-done operation; the store
+is not meant to be shared across threads or event loops.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cachetools import Cache, LRUCache
+
+from mcpcache.stores.base import Item, Store, StoreLimits, Usage, decode_meta, encode_meta
+
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+"""The bound when no limits are given: a cache must never be the reason a process runs out of memory."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Record:
+    meta: bytes
+    """Encoded once at save: the byte count is exact and a caller mutating its dict cannot reach in."""
+    body: bytes
+    group: str
+    created_at: float
+    expires_at: float | None
+    seq: int
+    """Tells a live record from a stale entry of the expiry heap."""
+
+    @property
+    def size(self) -> int:
+        return len(self.meta) + len(self.body)
+
+
+class _GroupIndex:
+    __slots__ = ("bytes", "order")
+
+    def __init__(self) -> None:
+        self.order: OrderedDict[str, None] = OrderedDict()
+        """The group's keys, least recently used first."""
+        self.bytes = 0
+
+
+class _NotifyingLRU(LRUCache[str, _Record]):
+    """An LRUCache that reports what it evicts, so the group index never names a dropped key."""
+
+    def __init__(self, maxsize: float, on_evict: Callable[[str, _Record], None]) -> None:
+        super().__init__(maxsize, getsizeof=_record_size)
+        self._on_evict = on_evict
+
+    def popitem(self) -> tuple[str, _Record]:
+        key, record = super().popitem()
+        self._on_evict(key, record)
+        return key, record
+
+
+def _record_size(record: _Record) -> int:
+    return record.size
+
+
+class MemoryStore(Store):
+    """A store in this process's memory, bounded in bytes (64 MiB unless `limits` says otherwise)."""
+
+    def __init__(self, limits: StoreLimits | None = None, *, clock: Callable[[], float] = time.time) -> None:
+        self.limits = limits if limits is not None else StoreLimits(max_bytes=DEFAULT_MAX_BYTES)
+        self._clock = clock
+        max_bytes = self.limits.max_bytes
+        self._items = _NotifyingLRU(math.inf if max_bytes is None else max_bytes, self._unindex)
+        self._groups: dict[str, _GroupIndex] = {}
+        self._expiry: list[tuple[float, int, str]] = []
+        self._seq = itertools.count()
+
+    def now(self) -> float:
+        return self._clock()
+
+    async def load(self, key: str) -> Item | None:
+        self._purge_expired()
+        if key not in self._items:
+            return None
+        record = self._items[key]  # indexing, unlike a peek, moves the key to the LRU's recent end
+        self._groups[record.group].order.move_to_end(key)
+        meta = decode_meta(record.meta)
+        if meta is None:  # cannot happen for records this store encoded; kept to honour the contract
+            self._delete(key)
+            return None
+        return Item(meta, record.body, record.group, record.created_at, record.expires_at)
+
+    async def save(self, key: str, item: Item) -> None:
+        self._purge_expired()
+        self._delete(key)
+        body = item.body if type(item.body) is bytes else bytes(item.body)
+        record = _Record(encode_meta(item.meta), body, item.group, item.created_at, item.expires_at, next(self._seq))
+        self._insert(key, record)
+
+    async def update_meta(self, key: str, meta: Mapping[str, Any], expires_at: float | None) -> bool:
+        self._purge_expired()
+        old = self._peek(key)
+        if old is None:
+            return False
+        self._delete(key)
+        record = _Record(encode_meta(meta), old.body, old.group, old.created_at, expires_at, next(self._seq))
+        self._insert(key, record)
+        return True
+
+    async def remove(self, key: str) -> None:
+        self._purge_expired()
+        self._delete(key)
+
+    async def remove_group(self, group: str) -> int:
+        self._purge_expired()
+        index = self._groups.get(group)
+        if index is None:
+            return 0
+        keys = list(index.order)
+        for key in keys:
+            self._delete(key)
+        return len(keys)
+
+    async def remove_created_before(self, group_prefix: str, created_before: float) -> int:
+        self._purge_expired()
+        doomed = [
+            key
+            for group, index in self._groups.items()
+            if group.startswith(group_prefix)
+            for key in index.order
+            if self._created_at(key) < created_before
+        ]
+        for key in doomed:
+            self._delete(key)
+        return len(doomed)
+
+    async def trim_group(self, group: str, max_bytes: int) -> int:
+        self._purge_expired()
+        evicted = 0
+        while (index := self._groups.get(group)) is not None and index.bytes > max_bytes:
+            self._delete(next(iter(index.order)))
+            evicted += 1
+        return evicted
+
+    async def usage(self, group: str | None = None) -> Usage:
+        self._purge_expired()
+        if group is None:
+            return Usage(items=len(self._items), bytes=int(self._items.currsize))
+        index = self._groups.get(group)
+        return Usage(0, 0) if index is None else Usage(items=len(index.order), bytes=index.bytes)
+
+    async def remove_all(self) -> None:
+        self._items.clear()
+        self._groups.clear()
+        self._expiry.clear()
+
+    async def close(self) -> None:
+        await self.remove_all()
+
+    def _insert(self, key: str, record: _Record) -> None:
+        """Store a record under a key that is not present, honouring expiry and both bounds."""
+        if record.expires_at is not None and record.expires_at <= self._clock():
+            return
+        if self.limits.max_bytes is not None and record.size > self.limits.max_bytes:
+            return
+        self._items[key] = record  # evicts least-recently-used records (through _unindex) until it fits
+        index = self._groups.get(record.group)
+        if index is None:
+            index = self._groups[record.group] = _GroupIndex()
+        index.order[key] = None
+        index.bytes += record.size
+        if self.limits.max_items is not None:
+            while len(self._items) > self.limits.max_items:
+                self._items.popitem()
+        if record.expires_at is not None:
+            heapq.heappush(self._expiry, (record.expires_at, record.seq, key))
+
+    def _delete(self, key: str) -> None:
+        record = self._peek(key)
+        if record is not None:
+            del self._items[key]
+            self._unindex(key, record)
+
+    def _unindex(self, key: str, record: _Record) -> None:
+        index = self._groups[record.group]
+        del index.order[key]
+        index.bytes -= record.size
+        if not index.order:
+            del self._groups[record.group]
+
+    def _peek(self, key: str) -> _Record | None:
+        """The record without counting a use (LRUCache's own lookup would move it to the recent end)."""
+        return Cache.__getitem__(self._items, key) if key in self._items else None
+
+    def _created_at(self, key: str) -> float:
+        record = self._peek(key)
+        assert record is not None
+        return record.created_at
+
+    def _purge_expired(self) -> None:
+        """Drop every expired record: the heap makes this cost proportional to what actually expired."""
+        now = self._clock()
+        heap = self._expiry
+        while heap and heap[0][0] <= now:
+            _, seq, key = heapq.heappop(heap)
+            record = self._peek(key)
+            if record is not None and record.seq == seq:
+                self._delete(key)
+        # Replaced and removed records leave their heap entries behind; rebuild before they outnumber the live.
+        if len(heap) > 2 * len(self._items) + 64:
+            live = ((self._peek(key), key) for key in self._items)
+            self._expiry = [(r.expires_at, r.seq, k) for r, k in live if r is not None and r.expires_at is not None]
+            heapq.heapify(self._expiry)

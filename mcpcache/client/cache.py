@@ -1,0 +1,490 @@
+"""The client half: a private cache for tool results, shared by the SDK and FastMCP wrappers.
+
+`ToolCache.execute` is the driver. It asks `mcpcache.policy` what to do, does the I/O it was told to do
+through a `Connection` (the only thing a wrapper provides), and reports an outcome. Every store
+operation is fenced: a store that raises turns into a miss, never into a failed call.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol
+
+import anyio
+from mcp_types import CallToolResult, TextContent
+from pydantic import ValidationError
+
+from mcpcache.etag import CanonicalizationError
+from mcpcache.keys import Arm, CallIdentity
+from mcpcache.policy import (
+    CACHE_MODES,
+    CacheMode,
+    EntryMeta,
+    Fetch,
+    RepeatWithoutTag,
+    ReturnUnstored,
+    Revalidate,
+    ServeFresh,
+    ServeStored,
+    StoreAnswer,
+    decide_lookup,
+    decide_reply,
+    ends_freshness,
+    may_serve,
+)
+from mcpcache.protocol import META_KEY, NOT_MODIFIED_KEY, CacheBlock, parse_cache_block
+from mcpcache.stores.base import Item, Store
+
+logger = logging.getLogger("mcpcache.client")
+
+Clock = Callable[[], float]
+
+DEFAULT_KEEP_STALE_S = 7 * 24 * 3600.0
+"""How long a stale but tagged entry is kept for cheap revalidation before the store may drop it."""
+
+Status = Literal["fresh_hit", "revalidated", "miss", "bypass"]
+
+
+@dataclass(frozen=True)
+class CallOutcome:
+    """What the cache did for one call, in terms a caller can log or assert on."""
+
+    status: Status
+    """fresh_hit: served with no request; revalidated: the server said not-modified; miss: a full answer
+    came over the wire; bypass: the cache was not consulted."""
+    stored: bool
+    reason: str
+    bytes_saved: int = 0
+    coalesced: bool = False
+    """True when this call waited for an identical call in flight instead of sending its own."""
+
+
+@dataclass
+class CacheStats:
+    calls: int = 0
+    fresh_hits: int = 0
+    revalidations: int = 0
+    misses: int = 0
+    bypasses: int = 0
+    stored: int = 0
+    not_stored: int = 0
+    coalesced: int = 0
+    store_failures: int = 0
+    bytes_saved: int = 0
+    """Answer bytes that did not cross the wire: whole answers on fresh hits, answer minus the
+    not-modified reply on revalidations."""
+
+    def record(self, outcome: CallOutcome) -> None:
+        self.calls += 1
+        self.bytes_saved += outcome.bytes_saved
+        if outcome.coalesced:
+            self.coalesced += 1
+            return
+        if outcome.status == "fresh_hit":
+            self.fresh_hits += 1
+        elif outcome.status == "revalidated":
+            self.revalidations += 1
+        elif outcome.status == "miss":
+            self.misses += 1
+        else:
+            self.bypasses += 1
+        if outcome.status in ("miss", "bypass"):
+            if outcome.stored:
+                self.stored += 1
+            else:
+                self.not_stored += 1
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(vars(self))
+
+
+class Connection(Protocol):
+    """What the driver needs from one connected client; the wrappers implement it."""
+
+    server_id: str
+    era: str
+
+    async def send_plain(self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None) -> CallToolResult:
+        """An ordinary call through the client's own path (its output-schema validation included)."""
+
+    async def send_conditional(
+        self, name: str, arguments: dict[str, Any], meta: dict[str, Any]
+    ) -> CallToolResult | None:
+        """The call with a tag, without the client's validation (a not-modified reply would fail it).
+        None when the conditional form cannot be used (the driver then sends an ordinary call)."""
+
+    async def validate(self, name: str, result: CallToolResult) -> None:
+        """Raise as the client would for an answer that does not fit the tool's output schema."""
+
+    async def read_only(self, name: str) -> bool | None:
+        """The tool's readOnlyHint, as the server announced it (None: unknown)."""
+
+
+def encode_result(result: CallToolResult) -> bytes:
+    return result.model_dump_json(by_alias=True, exclude_none=True).encode()
+
+
+def decode_result(body: bytes) -> CallToolResult | None:
+    try:
+        return CallToolResult.model_validate_json(body)
+    except ValidationError:
+        return None
+
+
+def _merged(result: CallToolResult, block: CacheBlock, meta_key: str) -> CallToolResult:
+    """The stored answer with the fresh block on its `_meta`; its other `_meta` keys are kept."""
+    fresh = block.to_wire()
+    fresh.pop(NOT_MODIFIED_KEY, None)  # what the caller gets is a full answer, not a not-modified reply
+    meta = dict(result.meta or {})
+    meta[meta_key] = fresh
+    return result.model_copy(update={"meta": meta})
+
+
+def _unanswerable(name: str) -> CallToolResult:
+    text = (
+        f"The server answered 'not modified' to an unconditional call of {name!r} twice, so no answer is "
+        "available; mcpcache never passes a not-modified reply off as a result."
+    )
+    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+
+
+@dataclass
+class _Flight:
+    done: anyio.Event = field(default_factory=anyio.Event)
+    result: CallToolResult | None = None
+    outcome: CallOutcome | None = None
+    error: BaseException | None = None
+    body: bytes | None = None
+    """Encoded once, by the first follower, so a call nobody waited for pays nothing for sharing."""
+
+    def copy_for_follower(self) -> tuple[CallToolResult, CallOutcome] | None:
+        """A private copy of the leader's answer, and this follower's outcome (it sent nothing)."""
+        if self.result is None or self.outcome is None:
+            return None
+        if self.body is None:
+            self.body = encode_result(self.result)
+        copy = decode_result(self.body)
+        if copy is None:
+            return None
+        leader = self.outcome
+        saved = len(self.body) if leader.status in ("miss", "bypass") else leader.bytes_saved
+        return copy, CallOutcome(
+            leader.status, False, f"shared an identical call in flight: {leader.reason}", saved, True
+        )
+
+
+class _FencedStore:
+    """The store's operations with every failure turned into a miss (or a skipped write).
+
+    One warning per burst of failures of the same operation, re-armed when that operation succeeds.
+    """
+
+    def __init__(self, store: Store, on_failure: Callable[[], None]) -> None:
+        self.store = store
+        self._on_failure = on_failure
+        self._warned: set[str] = set()
+
+    async def _run(self, op: str, action: Awaitable[Any]) -> Any:
+        try:
+            value = await action
+        except Exception:
+            self._on_failure()
+            if op not in self._warned:
+                self._warned.add(op)
+                logger.warning("tool cache store %s failed; continuing without the cache", op, exc_info=True)
+            return None
+        self._warned.discard(op)
+        return value
+
+    async def load(self, key: str) -> Item | None:
+        item = await self._run("load", self.store.load(key))
+        return item if isinstance(item, Item) else None
+
+    async def save(self, key: str, item: Item) -> None:
+        await self._run("save", self.store.save(key, item))
+
+    async def update_meta(self, key: str, meta: Mapping[str, Any], expires_at: float | None) -> None:
+        await self._run("update", self.store.update_meta(key, meta, expires_at))
+
+    async def remove(self, key: str) -> None:
+        await self._run("remove", self.store.remove(key))
+
+
+class ToolCache:
+    """A private cache for MCP tool results.
+
+    store: where answers are kept (default: a SQLite file in the user's cache directory).
+    partition: the authorization context the answers belong to (derive it from a verified credential).
+    share_public: serve answers the server marked public to other partitions of the same store.
+    trusted: believe the server's readOnlyHint annotations (then calls to tools not marked read-only end
+        the freshness of that server's entries in this partition).
+    keep_stale_s: how long a tagged entry is kept after it goes stale, for cheap revalidation.
+    """
+
+    def __init__(
+        self,
+        store: Store | None = None,
+        *,
+        partition: str = "",
+        share_public: bool = False,
+        trusted: bool = False,
+        meta_key: str = META_KEY,
+        keep_stale_s: float = DEFAULT_KEEP_STALE_S,
+        clock: Clock = time.time,
+    ) -> None:
+        if not isinstance(partition, str):
+            raise TypeError("partition must be a string")
+        if keep_stale_s < 0:
+            raise ValueError("keep_stale_s must be >= 0")
+        if store is None:
+            from mcpcache.paths import default_path
+            from mcpcache.stores.sqlite import SQLiteStore
+
+            store = SQLiteStore(default_path("tools.db"))
+        self.store = store
+        self.partition = partition
+        self.share_public = share_public
+        self.trusted = trusted
+        self.meta_key = meta_key
+        self.keep_stale_s = keep_stale_s
+        self.clock = clock
+        self.stats = CacheStats()
+        self._flights: dict[str, _Flight] = {}
+        self._store = _FencedStore(store, self._count_store_failure)
+
+    def _count_store_failure(self) -> None:
+        self.stats.store_failures += 1
+
+    def wrap(self, client: Any, *, server_id: str | None = None) -> Any:
+        """A caching view of `client` (an `mcp.Client`, an `mcp.ClientSession` or a `fastmcp.Client`)."""
+        from mcpcache.client.wrappers import wrap_client
+
+        return wrap_client(self, client, server_id=server_id)
+
+    # -- the driver ---------------------------------------------------------------------------------
+
+    async def execute(
+        self,
+        conn: Connection,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        *,
+        mode: CacheMode = "use",
+        meta: Mapping[str, Any] | None = None,
+        variant: str = "",
+    ) -> tuple[CallToolResult, CallOutcome]:
+        """Answer one call, from the cache or the server. Returns the result and what was done."""
+        if mode not in CACHE_MODES:
+            raise ValueError(f"cache mode must be one of {CACHE_MODES}, got {mode!r}")
+        args = dict(arguments or {})
+        user_meta = dict(meta) if meta else None
+        identity = CallIdentity(conn.server_id, self.partition, conn.era, name, args, variant)
+        try:
+            private_key = identity.key("private")
+        except CanonicalizationError as exc:
+            result = await conn.send_plain(name, args, user_meta)
+            outcome = CallOutcome("bypass", False, f"not cached: arguments have no canonical form ({exc})")
+            return self._finish(result, outcome)
+        if mode != "use":
+            result, outcome = await self._execute_once(conn, identity, private_key, mode, user_meta)
+            return self._finish(result, outcome)
+        while True:
+            flight = self._flights.get(private_key)
+            if flight is None:
+                break
+            await flight.done.wait()
+            shared = flight.copy_for_follower()
+            if shared is not None:
+                return self._finish(*shared)
+            if flight.error is not None:
+                raise flight.error
+            # The leader was cancelled: this call goes on its own.
+        flight = _Flight()
+        self._flights[private_key] = flight
+        try:
+            result, outcome = await self._execute_once(conn, identity, private_key, mode, user_meta)
+            flight.result, flight.outcome = result, outcome
+            return self._finish(result, outcome)
+        except Exception as exc:
+            flight.error = exc
+            raise
+        finally:
+            del self._flights[private_key]
+            flight.done.set()
+
+    def _finish(self, result: CallToolResult, outcome: CallOutcome) -> tuple[CallToolResult, CallOutcome]:
+        self.stats.record(outcome)
+        logger.debug("tool cache: %s (%s)", outcome.status, outcome.reason)
+        return result, outcome
+
+    async def _lookup(self, identity: CallIdentity, private_key: str) -> tuple[str, EntryMeta, Item] | None:
+        """The entry this partition may be served, trying its own arm first, then the shared one."""
+        arms: list[tuple[Arm, str]] = [("private", private_key)]
+        if self.share_public:
+            arms.append(("public", identity.key("public", share_public=True)))
+        for arm, key in arms:
+            item = await self._store.load(key)
+            if item is None:
+                continue
+            entry = EntryMeta.from_json(item.meta)
+            if entry is None or entry.tool != identity.tool:
+                await self._store.remove(key)
+                continue
+            if may_serve(entry, arm, self.share_public):
+                return key, entry, item
+        return None
+
+    async def _freshness_ended_at(self, identity: CallIdentity) -> float | None:
+        item = await self._store.load(identity.mark_key())
+        if item is None:
+            return None
+        value = item.meta.get("endedAt")
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+    async def end_freshness(self, server_id: str, era: str | None = None) -> None:
+        """End the freshness of every entry of `server_id` in this partition (their tags stay usable)."""
+        identity = CallIdentity(server_id, self.partition, era or "", "", {})
+        now = self.clock()
+        item = Item(meta={"endedAt": now}, body=b"", group="marks", created_at=now)
+        await self._store.save(identity.mark_key(), item)
+
+    async def _execute_once(
+        self,
+        conn: Connection,
+        identity: CallIdentity,
+        private_key: str,
+        mode: CacheMode,
+        user_meta: dict[str, Any] | None,
+    ) -> tuple[CallToolResult, CallOutcome]:
+        name, args = identity.tool, dict(identity.arguments)
+        found = await self._lookup(identity, private_key) if mode != "bypass" else None
+        entry = found[1] if found else None
+        ended_at = await self._freshness_ended_at(identity) if entry is not None else None
+        lookup = decide_lookup(mode, entry, self.clock(), ended_at)
+
+        if isinstance(lookup, ServeFresh) and found is not None:
+            stored = decode_result(found[2].body)
+            if stored is not None:
+                return stored, CallOutcome("fresh_hit", False, lookup.reason, bytes_saved=len(found[2].body))
+            await self._store.remove(found[0])
+            found, entry = None, None
+            lookup = Fetch(store=True, reason="miss: the stored answer could not be read")
+
+        sent_etag: str | None = None
+        requested_at = self.clock()
+        reply: CallToolResult | None = None
+        if isinstance(lookup, Revalidate):
+            sent_etag = lookup.etag
+            conditional_meta = dict(user_meta or {})
+            conditional_meta[self.meta_key] = {"etag": sent_etag}
+            reply = await conn.send_conditional(name, args, conditional_meta)
+            if reply is None:
+                sent_etag = None
+        if reply is None:
+            reply = await conn.send_plain(name, args, user_meta)
+        store_ok = lookup.store if isinstance(lookup, Fetch) else True
+        for attempt in range(2):
+            decision = self._decide(identity, entry, sent_etag, reply, requested_at, store_ok)
+            if isinstance(decision, RepeatWithoutTag):
+                if attempt == 1:
+                    logger.warning("tool %r: %s; giving up", name, decision.reason)
+                    return _unanswerable(name), CallOutcome("miss", False, decision.reason)
+                logger.info("tool %r: %s; asking again without a tag", name, decision.reason)
+                sent_etag, requested_at = None, self.clock()
+                reply = await conn.send_plain(name, args, user_meta)
+                continue
+            return await self._apply(conn, identity, private_key, found, decision, reply, mode, lookup.reason)
+        raise AssertionError("unreachable")
+
+    def _decide(
+        self,
+        identity: CallIdentity,
+        entry: EntryMeta | None,
+        sent_etag: str | None,
+        reply: CallToolResult,
+        requested_at: float,
+        store: bool,
+    ) -> ServeStored | StoreAnswer | ReturnUnstored | RepeatWithoutTag:
+        block = parse_cache_block(reply.meta, self.meta_key)
+        return decide_reply(
+            tool=identity.tool,
+            sent_etag=sent_etag,
+            entry=entry,
+            is_error=reply.is_error,
+            block=block,
+            size=0,  # filled in by _apply, which encodes the answer only if it is kept
+            requested_at=requested_at,
+            received_at=self.clock(),
+            store=store,
+        )
+
+    def _expires_at(self, meta: EntryMeta) -> float:
+        keep = self.keep_stale_s if meta.etag is not None else 0.0
+        return meta.fresh_until() + keep
+
+    async def _apply(
+        self,
+        conn: Connection,
+        identity: CallIdentity,
+        private_key: str,
+        found: tuple[str, EntryMeta, Item] | None,
+        decision: ServeStored | StoreAnswer | ReturnUnstored,
+        reply: CallToolResult,
+        mode: CacheMode,
+        lookup_reason: str,
+    ) -> tuple[CallToolResult, CallOutcome]:
+        name = identity.tool
+        if isinstance(decision, ServeStored):
+            assert found is not None
+            key, _, item = found
+            stored = decode_result(item.body)
+            if stored is None:
+                # The copy we were told is current cannot be read: ask for the whole answer.
+                await self._store.remove(key)
+                plain = await conn.send_plain(name, dict(identity.arguments), None)
+                return plain, CallOutcome("miss", False, "the stored answer could not be read; fetched again")
+            result = _merged(stored, decision.block, self.meta_key)
+            if not result.is_error:
+                await conn.validate(name, result)
+            meta = decision.meta
+            await self._store.update_meta(key, meta.to_json(), self._expires_at(meta))
+            saved = max(len(item.body) - len(encode_result(reply)), 0)
+            return result, CallOutcome("revalidated", False, f"{lookup_reason}; {decision.reason}", saved)
+
+        await self._after_server_answer(conn, name, reply)
+        if isinstance(decision, ReturnUnstored):
+            if decision.drop_entry and found is not None:
+                await self._store.remove(found[0])
+            status: Status = "bypass" if mode == "bypass" else "miss"
+            return reply, CallOutcome(status, False, f"{lookup_reason}; {decision.reason}")
+
+        body = encode_result(reply)
+        meta = replace(decision.meta, size=len(body))
+        if meta.scope == "public" and self.share_public:
+            own, other = identity.key("public", share_public=True), private_key
+        else:
+            own, other = private_key, None
+        item = Item(
+            meta=meta.to_json(),
+            body=body,
+            group="tools",
+            created_at=meta.received_at,
+            expires_at=self._expires_at(meta),
+        )
+        if other is not None:
+            await self._store.remove(other)
+        elif found is not None and found[0] != own:
+            await self._store.remove(found[0])
+        await self._store.save(own, item)
+        return reply, CallOutcome("miss", True, f"{lookup_reason}; {decision.reason}")
+
+    async def _after_server_answer(self, conn: Connection, name: str, reply: CallToolResult) -> None:
+        answered_with_block = parse_cache_block(reply.meta, self.meta_key) is not None
+        if answered_with_block:
+            return
+        read_only = await conn.read_only(name) if self.trusted else None
+        if ends_freshness(read_only=read_only, trusted=self.trusted, answered_with_block=False):
+            await self.end_freshness(conn.server_id, conn.era)

@@ -1,0 +1,139 @@
+"""A caching view of `fastmcp.Client`.
+
+FastMCP turns a raw result into `.data` only after the call; the view swaps a stored answer in before
+that step, so `.data` is always parsed from a full answer and never from a not-modified reply's
+`{"kind": ...}` (which FastMCP would otherwise turn into a partial object without complaint).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import mcp_types as mt
+from fastmcp import Client as FastMCPClient
+from fastmcp.client.client import CallToolResult as FastMCPCallToolResult
+from fastmcp.client.transports import FastMCPTransport, StdioTransport, StreamableHttpTransport
+from mcp import ClientSession
+
+from mcpcache.client.cache import ToolCache
+from mcpcache.client.wrappers import CachedCall, _CachedView, _server_info_id, _strip_userinfo
+from mcpcache.policy import CacheMode
+
+
+class CachedFastMCPClient(_CachedView):
+    def __init__(self, cache: ToolCache, client: FastMCPClient[Any], server_id: str | None = None) -> None:
+        super().__init__(cache, client, server_id)
+        self._client = client
+
+    @property
+    def session(self) -> ClientSession:
+        return self._client.session
+
+    def _derive_server_id(self) -> str:
+        transport = self._client.transport
+        if isinstance(transport, StreamableHttpTransport):
+            return "url:" + _strip_userinfo(str(transport.url))
+        if isinstance(transport, StdioTransport):
+            return "stdio:" + json.dumps([transport.command, list(transport.args), str(transport.cwd or "")])
+        if isinstance(transport, FastMCPTransport):
+            return f"inproc:{transport.server.name}"
+        return _server_info_id(self.session)
+
+    async def call_mcp(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        progress_handler: Any = None,
+        timeout: Any = None,  # noqa: ASYNC109 - the same signature as fastmcp.Client
+        meta: dict[str, Any] | None = None,
+        *,
+        version: str | None = None,
+        cache_mode: CacheMode = "use",
+    ) -> CachedCall:
+        """The raw `mcp_types.CallToolResult` and the cache's outcome."""
+        request_meta = dict(meta) if meta else {}
+        if version is not None:
+            request_meta["fastmcp"] = {**request_meta.get("fastmcp", {}), "version": version}
+
+        async def send_plain(n: str, args: dict[str, Any], m: dict[str, Any] | None) -> mt.CallToolResult:
+            return await self._client.call_tool_mcp(n, args, progress_handler=progress_handler, timeout=timeout, meta=m)
+
+        options: dict[str, Any] = {}
+        if timeout is not None:
+            from fastmcp.utilities.timeout import normalize_timeout_to_seconds
+
+            options["request_read_timeout_seconds"] = normalize_timeout_to_seconds(timeout)
+        if progress_handler is not None:
+            options["progress_callback"] = progress_handler
+        result, outcome = await self._execute(
+            name,
+            arguments,
+            mode=cache_mode,
+            meta=request_meta or None,
+            send_plain=send_plain,
+            request_options=options,
+            variant=f"version={version}" if version is not None else "",
+        )
+        return CachedCall(result, outcome)
+
+    async def _call_raw(self, name: str, arguments: dict[str, Any], cache_mode: CacheMode) -> CachedCall:
+        return await self.call_mcp(name, arguments, cache_mode=cache_mode)
+
+    async def call_tool_mcp(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        progress_handler: Any = None,
+        timeout: Any = None,  # noqa: ASYNC109 - the same signature as fastmcp.Client
+        meta: dict[str, Any] | None = None,
+        *,
+        cache_mode: CacheMode = "use",
+    ) -> mt.CallToolResult:
+        call = await self.call_mcp(name, arguments, progress_handler, timeout, meta, cache_mode=cache_mode)
+        result: mt.CallToolResult = call.result
+        return result
+
+    async def call(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        version: str | None = None,
+        timeout: Any = None,  # noqa: ASYNC109 - the same signature as fastmcp.Client
+        progress_handler: Any = None,
+        raise_on_error: bool = True,
+        meta: dict[str, Any] | None = None,
+        cache_mode: CacheMode = "use",
+    ) -> CachedCall:
+        """The parsed FastMCP result (with `.data`) and the cache's outcome."""
+        raw = await self.call_mcp(
+            name, arguments, progress_handler, timeout, meta, version=version, cache_mode=cache_mode
+        )
+        parsed = await self._client._parse_call_tool_result(name, raw.result, raise_on_error=raise_on_error)
+        return CachedCall(parsed, raw.outcome)
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        version: str | None = None,
+        timeout: Any = None,  # noqa: ASYNC109 - the same signature as fastmcp.Client
+        progress_handler: Any = None,
+        raise_on_error: bool = True,
+        meta: dict[str, Any] | None = None,
+        cache_mode: CacheMode = "use",
+    ) -> FastMCPCallToolResult:
+        call = await self.call(
+            name,
+            arguments,
+            version=version,
+            timeout=timeout,
+            progress_handler=progress_handler,
+            raise_on_error=raise_on_error,
+            meta=meta,
+            cache_mode=cache_mode,
+        )
+        result: FastMCPCallToolResult = call.result
+        return result

@@ -1,0 +1,146 @@
+"""What a model is shown of a tool result, and how a view too large for it is shortened.
+
+The payload is the value a model reads: the structured content when there is some, else the JSON a
+single text block holds, else the text, else the content blocks themselves. A shortened view never
+cuts a value into a plausible prefix (a model would forward it as if it were whole): a large member is
+replaced by a marker that names what it was, how big it is, and the exact reference that stands for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from pydantic import BaseModel
+
+from mcpcache.refs.uri import CacheUri, pointer_of
+from mcpcache.tokens import TokenCount, count_tokens
+
+URI_FIELD = "_cache_uri"
+RESULT_FIELD = "result"
+
+
+@dataclass(frozen=True)
+class Payload:
+    value: Any
+    is_error: bool
+
+
+def json_bytes(value: Any) -> bytes:
+    # OPT_NON_STR_KEYS: a host's own result dict may have int keys; the model sees them as strings anyway.
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+
+
+def _text_blocks(content: list[Any]) -> list[str] | None:
+    texts: list[str] = []
+    for block in content:
+        kind = block.get("type") if isinstance(block, Mapping) else getattr(block, "type", None)
+        text = block.get("text") if isinstance(block, Mapping) else getattr(block, "text", None)
+        if kind != "text" or not isinstance(text, str):
+            return None
+        texts.append(text)
+    return texts
+
+
+def payload_of(result: Any) -> Payload:
+    """The value a model reads from `result` (an MCP or FastMCP CallToolResult, or a plain JSON value)."""
+    if isinstance(result, (str, int, float, bool, list, dict)) or result is None:
+        return Payload(result, False)
+    content = getattr(result, "content", None)
+    is_error = bool(getattr(result, "is_error", False))
+    structured = getattr(result, "structured_content", None)
+    if structured is not None and not is_error:
+        return Payload(structured, False)
+    blocks = list(content or [])
+    texts = _text_blocks(blocks)
+    if texts is not None:
+        if len(texts) == 1 and not is_error:
+            try:
+                return Payload(orjson.loads(texts[0]), False)
+            except orjson.JSONDecodeError:
+                pass
+        return Payload("\n".join(texts), is_error)
+    dumped = [
+        b.model_dump(by_alias=True, mode="json", exclude_none=True) if isinstance(b, BaseModel) else b for b in blocks
+    ]
+    return Payload(dumped, is_error)
+
+
+def envelope_of(payload: Any, uri: CacheUri | None) -> dict[str, Any]:
+    """The object a model is handed: the payload's members plus `_cache_uri`, or the payload under `result`."""
+    if isinstance(payload, dict) and URI_FIELD not in payload and RESULT_FIELD not in payload:
+        envelope = dict(payload)
+    else:
+        envelope = {RESULT_FIELD: payload}
+    if uri is not None:
+        envelope[URI_FIELD] = str(uri)
+    return envelope
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, dict):
+        return f"object with {len(value)} members"
+    if isinstance(value, list):
+        return f"list of {len(value)} items"
+    if isinstance(value, str):
+        return f"text of {len(value):,} characters"
+    return type(value).__name__
+
+
+def marker(value: Any, uri: CacheUri, name: str) -> str:
+    """A string that cannot be mistaken for the value it stands for, and says how to get the value."""
+    size = len(json_bytes(value))
+    tokens = count_tokens(json_bytes(value).decode())
+    approx = "" if tokens.method == "o200k" else "~"
+    return (
+        f"<elided {_describe(value)} ({name!r}): {size:,} bytes, {approx}{tokens.count:,} tokens. It is stored, "
+        f'not lost: to pass it to a tool argument X, give "{uri}" as X_uri instead of X>'
+    )
+
+
+@dataclass(frozen=True)
+class ModelView:
+    """What to show the model for one tool result."""
+
+    envelope: dict[str, Any]
+    uri: CacheUri | None
+    """The reference to the whole payload, when it was stored."""
+    size_bytes: int
+    """UTF-8 bytes of the payload's JSON (what the model would read in full)."""
+    tokens: TokenCount
+    shortened: list[str]
+    """JSON pointers of the members replaced by markers."""
+
+    def text(self) -> str:
+        return json_bytes(self.envelope).decode()
+
+
+def shorten(payload: Any, envelope: dict[str, Any], uri: CacheUri, budget: int) -> tuple[dict[str, Any], list[str]]:
+    """Replace the largest members by markers until the envelope's JSON fits in `budget` bytes.
+
+    Only the payload's own members are candidates, largest first, so what is left is whole; when even
+    that does not fit, the whole payload becomes one marker.
+    """
+    if len(json_bytes(envelope)) <= budget:
+        return envelope, []
+    shortened: Any
+    if isinstance(payload, dict):
+        shortened, members = dict(payload), list(payload.items())
+    elif isinstance(payload, list):
+        shortened, members = list(payload), list(enumerate(payload))
+    else:
+        shortened, members = payload, []
+    sized = sorted(((len(json_bytes(v)), k, v) for k, v in members), key=lambda skv: skv[0], reverse=True)
+    done: list[str] = []
+    for size, key, value in sized:
+        if not isinstance(value, dict | list | str) or size < 64:
+            break  # what is left is small; markers would not make it fit
+        pointer = pointer_of([key])
+        shortened[key] = marker(value, uri.at(pointer), str(key))
+        done.append(pointer)
+        candidate = envelope_of(shortened, uri)
+        if len(json_bytes(candidate)) <= budget:
+            return candidate, done
+    return {RESULT_FIELD: marker(payload, uri.at(""), RESULT_FIELD), URI_FIELD: str(uri)}, [""]

@@ -75,23 +75,42 @@ def _record(direction: Direction, message: SessionMessage) -> WireRecord:
 
 @dataclass
 class WireLog:
-    """Every message of one connection, in the order the client saw them."""
+    """Every message of one connection, in the order the client saw them.
+
+    `deferred=True` keeps each message and measures it only when the log is read (`settle`), so a timed
+    call does not also pay for serialising a multi-megabyte message a second time.
+    """
 
     records: list[WireRecord] = field(default_factory=list)
+    deferred: bool = False
+    _pending: list[tuple[Direction, SessionMessage]] = field(default_factory=list, repr=False)
+
+    def add(self, direction: Direction, message: SessionMessage) -> None:
+        if self.deferred:
+            self._pending.append((direction, message))
+        else:
+            self.records.append(_record(direction, message))
+
+    def settle(self) -> None:
+        """Measure the messages kept back by `deferred`, and let them go."""
+        pending, self._pending = self._pending, []
+        self.records.extend(_record(direction, message) for direction, message in pending)
 
     def mark(self) -> int:
         """A position to measure from: `log.since(log.mark())` after a call is that call's traffic."""
+        self.settle()
         return len(self.records)
 
     def since(self, mark: int = 0) -> list[WireRecord]:
+        self.settle()
         return self.records[mark:]
 
     def total(self, direction: Direction | None = None, *, since: int = 0) -> int:
-        return sum(r.nbytes for r in self.records[since:] if direction is None or r.direction == direction)
+        return sum(r.nbytes for r in self.since(since) if direction is None or r.direction == direction)
 
     def exchange(self, method: str, *, since: int = 0) -> tuple[WireRecord, WireRecord]:
         """The first `method` request after `since` and the response (or error) that answered it."""
-        records = self.records[since:]
+        records = self.since(since)
         request = next((r for r in records if r.kind == "request" and r.method == method), None)
         if request is None:
             raise LookupError(f"no {method} request in the log")
@@ -111,7 +130,7 @@ class _CountingReadStream:
 
     def _seen(self, item: SessionMessage | Exception) -> SessionMessage | Exception:
         if isinstance(item, SessionMessage):
-            self._log.records.append(_record("received", item))
+            self._log.add("received", item)
         return item
 
     async def receive(self) -> SessionMessage | Exception:
@@ -148,7 +167,7 @@ class _CountingWriteStream:
         self._log = log
 
     async def send(self, item: SessionMessage, /) -> None:
-        self._log.records.append(_record("sent", item))
+        self._log.add("sent", item)
         await self._inner.send(item)
 
     async def aclose(self) -> None:

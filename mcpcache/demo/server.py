@@ -264,6 +264,8 @@ def build_demo_server(
     validator: bool = False,
     memo: bool = False,
     revalidation: bool = True,
+    ttl_ms: int = TTL_MS,
+    peer_sha256: bool = False,
     name: str = "mcpcache-demo",
 ) -> FastMCP:
     """A FastMCP server over the notebooks in `directory`, in one of the benchmark's configurations.
@@ -271,9 +273,14 @@ def build_demo_server(
     validator: tag read_notebook/read_cell from the file's xxh3-128, checked before the body runs.
     memo: put FastMCP's ResponseCachingMiddleware behind mcpcache.
     revalidation: install mcpcache at all (False: the plain-FastMCP baseline).
+    ttl_ms: the freshness the read tools announce (0: a client revalidates before every reuse).
+    peer_sha256: instead of mcpcache, the SHA-256 revalidation of the Datalayer Jupyter MCP server
+        (`mcpcache.bench.peers`), for the benchmark's side-by-side run.
     """
     if validator and not revalidation:
         raise ValueError("validator=True needs revalidation=True: the validator only feeds mcpcache's tags")
+    if peer_sha256 and (revalidation or validator):
+        raise ValueError("peer_sha256 replaces mcpcache: pass revalidation=False")
     folder = NotebookFolder(directory)
     response_memo = _Memo(ttl_seconds=TTL_MS // 1000) if memo else None
     server = FastMCP(name, middleware=[response_memo.middleware] if response_memo is not None else None)
@@ -330,6 +337,11 @@ def build_demo_server(
             await response_memo.invalidate()
         return answer
 
+    if peer_sha256:
+        from mcpcache.bench.peers import Sha256Revalidation
+
+        server.middleware.insert(0, Sha256Revalidation({tool: ttl_ms for tool in READ_TOOLS}))
+        return server
     if not revalidation:
         return server
 
@@ -342,9 +354,9 @@ def build_demo_server(
         server,
         ToolPolicies(
             {
-                "list_notebooks": CachePolicy(ttl_ms=TTL_MS, scope=scope, kind=KIND_LIST),
-                "read_notebook": CachePolicy(ttl_ms=TTL_MS, scope=scope, kind=KIND_READ, validator=validate),
-                "read_cell": CachePolicy(ttl_ms=TTL_MS, scope=scope, kind=KIND_CELL, validator=validate),
+                "list_notebooks": CachePolicy(ttl_ms=ttl_ms, scope=scope, kind=KIND_LIST),
+                "read_notebook": CachePolicy(ttl_ms=ttl_ms, scope=scope, kind=KIND_READ, validator=validate),
+                "read_cell": CachePolicy(ttl_ms=ttl_ms, scope=scope, kind=KIND_CELL, validator=validate),
             }
         ),
     )

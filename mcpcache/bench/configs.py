@@ -1,0 +1,93 @@
+"""The configurations `mcpcache bench` runs side by side: what users have today, and mcpcache.
+
+Each names how the demo server is started and which client reads from it. The scenario is the same for
+all: R reads of one whole notebook, with an `edit_cell` every E reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+ClientKind = Literal["plain", "sdk-cache", "mcpcache"]
+
+REVALIDATE_EVERY_READ_TTL_MS = 0
+"""The revalidation configurations announce ttl 0, so every read asks the server (with its tag)."""
+TTL_CONFIG_TTL_MS = 30_000
+"""The TTL configuration's reads come closer together than this, so between edits they are fresh hits."""
+
+
+@dataclass(frozen=True)
+class Config:
+    key: str
+    label: str
+    server_flags: tuple[str, ...]
+    client: ClientKind
+    note: str
+
+
+CONFIGS: tuple[Config, ...] = (
+    Config(
+        "baseline",
+        "FastMCP, stock client",
+        ("--no-revalidation",),
+        "plain",
+        "no caching anywhere: every read sends the whole notebook",
+    ),
+    Config(
+        "sdk-cache",
+        "MCP SDK client cache on",
+        ("--no-revalidation",),
+        "sdk-cache",
+        "mcp.Client's own response cache; it covers lists and resources/read, never tools/call",
+    ),
+    Config(
+        "fastmcp-memo",
+        "FastMCP ResponseCachingMiddleware",
+        ("--no-revalidation", "--memo"),
+        "plain",
+        "a server-side memo: saves the server's work, not the bytes",
+    ),
+    Config(
+        "sha256-peer",
+        "SHA-256 revalidation (Datalayer form)",
+        ("--peer-sha256", "--ttl-ms", str(REVALIDATE_EVERY_READ_TTL_MS)),
+        "mcpcache",
+        "tag = sha256 of sorted json.dumps; the tool runs on every read",
+    ),
+    Config(
+        "mcpcache",
+        "mcpcache revalidation",
+        ("--ttl-ms", str(REVALIDATE_EVERY_READ_TTL_MS)),
+        "mcpcache",
+        "tag = xxh3-128 of canonical orjson; the tool runs on every read",
+    ),
+    Config(
+        "mcpcache-validator",
+        "mcpcache with a validator",
+        ("--validator", "--ttl-ms", str(REVALIDATE_EVERY_READ_TTL_MS)),
+        "mcpcache",
+        "tag from the file's hash before the body: a match skips the tool",
+    ),
+    Config(
+        "mcpcache-ttl",
+        "mcpcache with TTL fresh hits",
+        ("--ttl-ms", str(TTL_CONFIG_TTL_MS)),
+        "mcpcache",
+        "reads closer together than the ttl are served with no request; an edit ends freshness",
+    ),
+)
+
+BY_KEY = {config.key: config for config in CONFIGS}
+
+
+def select(keys: str | None) -> tuple[Config, ...]:
+    """The configurations named in a comma-separated list (all when None)."""
+    if not keys:
+        return CONFIGS
+    chosen = []
+    for key in (k.strip() for k in keys.split(",") if k.strip()):
+        if key not in BY_KEY:
+            raise ValueError(f"unknown configuration {key!r}; choose from {', '.join(BY_KEY)}")
+        chosen.append(BY_KEY[key])
+    return tuple(chosen)

@@ -10,14 +10,16 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Any, Literal
 
 logger = logging.getLogger("mcpcache.tokens")
 
 ENCODING = "o200k_base"
-_CHUNK_CHARS = 100_000
-"""The tokenizer refuses inputs over 1M characters and outputs over 200k tokens; chunks stay far below."""
+_CHUNK_CHARS = 50_000
+"""The tokenizer refuses outputs over 200k tokens. A token covers at least one UTF-8 byte and a character
+is at most 4 bytes, so 50k characters can never give more than 200k tokens, whatever the script."""
 _BREAK = re.compile(r"\s")
 
 Method = Literal["o200k", "estimate"]
@@ -36,9 +38,14 @@ class TokenCount:
 @functools.cache
 def _encoder() -> Any:
     try:
-        import bpe_openai
+        with warnings.catch_warnings():
+            # Importing bpe-openai reads its vocabularies with importlib.resources.open_binary, deprecated
+            # since 3.11. The warning is about that package, not the caller's code; passed on, it would also
+            # turn into an error under `-W error` and leave every count an estimate.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            import bpe_openai
 
-        return bpe_openai.get_encoding(ENCODING)
+            return bpe_openai.get_encoding(ENCODING)
     except Exception:
         logger.warning("o200k tokenizer unavailable; token counts are estimates", exc_info=True)
         return None

@@ -1,6 +1,14 @@
 """Results by reference: `mcp+cache://` URIs a model passes instead of the data (PROTOCOL.md section 6)."""
 
-from mcpcache.refs.references import Missing, References, Resolution, ResolutionError, Source, StoredReference
+from mcpcache.refs.references import (
+    Missing,
+    PayloadTooLarge,
+    References,
+    Resolution,
+    ResolutionError,
+    Source,
+    StoredReference,
+)
 from mcpcache.refs.schema import with_uri_arguments
 from mcpcache.refs.uri import CacheUri, UriError, mint, parse
 from mcpcache.refs.view import ModelView
@@ -9,6 +17,7 @@ __all__ = [
     "CacheUri",
     "Missing",
     "ModelView",
+    "PayloadTooLarge",
     "References",
     "Resolution",
     "ResolutionError",

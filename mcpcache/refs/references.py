@@ -20,10 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import orjson
-
 from mcpcache.refs.uri import CacheUri, PointerError, UriError, is_cache_uri, mint, parse, resolve_pointer
-from mcpcache.refs.view import ModelView, envelope_of, json_bytes, payload_of, shorten
+from mcpcache.refs.view import ModelView, decode_json, encode_json, envelope_of, payload_of, shorten
 from mcpcache.stores.base import Item, Store
 from mcpcache.tokens import TokenCount, count_tokens
 
@@ -43,8 +41,9 @@ MissReason = Literal["unknown", "evicted", "other_conversation", "malformed"]
 _FIX_HINTS: dict[str, str] = {
     "evicted": "The data behind {uri} was evicted. Call {tool} again with the same arguments to get a fresh "
     "_cache_uri, then retry this call with it.",
-    "unknown": "No result was stored under {uri}. Use the _cache_uri exactly as a previous tool result gave "
-    "it, or call the tool that produced the data again.",
+    "unknown": "No result is stored under {uri}, and none is remembered (it was never minted, or it was "
+    "evicted long ago). Use the _cache_uri exactly as a previous tool result gave it, or call the tool that "
+    "produced the data again.",
     "other_conversation": "{uri} belongs to another conversation and cannot be used here. Call the tool that "
     "produced the data again in this conversation.",
     "malformed": "{uri} is not a well-formed mcp+cache:// reference ({detail}). Copy the _cache_uri exactly.",
@@ -109,6 +108,11 @@ class Resolution:
 
 class ResolutionError(Exception):
     pass
+
+
+class PayloadTooLarge(ValueError):
+    """The payload is bigger than the conversation's cap or the store's byte bound: storing it would
+    mint a reference to nothing (the store drops an item larger than its bound without a word)."""
 
 
 @dataclass(frozen=True)
@@ -186,22 +190,41 @@ class References:
     async def put(
         self, payload: Any, *, server: str, tool: str, arguments: Mapping[str, Any] | None
     ) -> StoredReference:
-        """Store `payload` unconditionally and return its reference."""
-        body = json_bytes(payload)
-        text = body.decode()
-        tokens = count_tokens(text)
+        """Store `payload` whatever its size and return its reference; PayloadTooLarge if it cannot be held."""
+        body, exact = encode_json(payload)
+        return await self._store(body, exact, server=server, tool=tool, arguments=arguments)
+
+    def _room(self) -> int | None:
+        """The largest item this conversation can hold at all."""
+        store_limits = getattr(self.store, "limits", None)
+        bounds = [self.max_conversation_bytes, getattr(store_limits, "max_bytes", None)]
+        known = [bound for bound in bounds if isinstance(bound, int)]
+        return min(known) if known else None
+
+    async def _store(
+        self, body: bytes, exact: bool, *, server: str, tool: str, arguments: Mapping[str, Any] | None
+    ) -> StoredReference:
+        tokens = count_tokens(body.decode())
         uri = mint(self.conversation_id)
         now = self.clock()
         source = Source(server, tool, dict(arguments or {}))
-        meta = {
+        meta: dict[str, Any] = {
             "conversation": self.conversation_id,
             "source": source.to_json(),
             "createdAt": now,
             "size": len(body),
             "tokens": tokens.to_json(),
         }
-        await self.store.save(_payload_key(uri.token), Item(meta=meta, body=body, group=self._group, created_at=now))
-        receipt = Item(meta=meta, body=b"", group=RECEIPTS_GROUP, created_at=now, expires_at=now + RECEIPT_TTL_S)
+        if exact:
+            meta["codec"] = "json"
+        item = Item(meta=meta, body=body, group=self._group, created_at=now)
+        room = self._room()
+        if room is not None and item.size > room:
+            raise PayloadTooLarge(f"a payload of {item.size:,} bytes cannot be held (at most {room:,})")
+        await self.store.save(_payload_key(uri.token), item)
+        # The receipt's expiry is judged by the store's clock, so it is computed on that clock.
+        receipt_expiry = self.store.now() + RECEIPT_TTL_S
+        receipt = Item(meta=meta, body=b"", group=RECEIPTS_GROUP, created_at=now, expires_at=receipt_expiry)
         await self.store.save(_receipt_key(uri.token), receipt)
         if self.max_conversation_bytes is not None:
             await self.store.trim_group(self._group, self.max_conversation_bytes)
@@ -215,12 +238,15 @@ class References:
         A failing store never loses the result: the view is then the whole payload, unshortened.
         """
         payload = payload_of(result)
-        body = json_bytes(payload.value)
+        body, exact = encode_json(payload.value)
         if payload.is_error or len(body) < self.threshold_bytes:
             tokens = count_tokens(body.decode()) if len(body) < 1_000_000 else TokenCount(len(body) // 4, "estimate")
             return ModelView(envelope_of(payload.value, None), None, len(body), tokens, [])
         try:
-            stored = await self.put(payload.value, server=server, tool=tool, arguments=arguments)
+            stored = await self._store(body, exact, server=server, tool=tool, arguments=arguments)
+        except PayloadTooLarge as exc:
+            logger.info("tool %r: result not stored by reference (%s); the model gets it whole", tool, exc)
+            return ModelView(envelope_of(payload.value, None), None, len(body), count_tokens(body.decode()), [])
         except Exception:
             logger.warning("could not store a result by reference; the model gets it whole", exc_info=True)
             return ModelView(envelope_of(payload.value, None), None, len(body), count_tokens(body.decode()), [])
@@ -266,8 +292,8 @@ class References:
         if item is None:
             return Missing(argument, raw, "evicted", source=source), None
         try:
-            value = orjson.loads(item.body)
-        except orjson.JSONDecodeError:
+            value = decode_json(item.body, exact=meta.get("codec") == "json")
+        except ValueError:  # what both decoders raise on bytes that are not JSON
             return Missing(argument, raw, "evicted", "the stored payload could not be read", source), None
         if uri.pointer is not None:
             try:
@@ -283,12 +309,16 @@ class References:
         through untouched. If any reference cannot be resolved the call must not be sent: the
         resolution then carries the error envelope for the model.
         """
+        if arguments is not None and not isinstance(arguments, Mapping):
+            # What a model wrote is not always an object; that must reach it as an error, not crash the host.
+            detail = f"the arguments must be a JSON object, not {type(arguments).__name__}"
+            return self._refusal(tool, [Missing("*", "", "malformed", detail)])
         args = dict(arguments or {})
         targets: list[tuple[str, str, list[str], bool]] = []  # (X_uri, X, uris, is_list)
         problems: list[Missing] = []
         count = 0
         for name, value in args.items():
-            if not name.endswith(URI_SUFFIX) or len(name) == len(URI_SUFFIX):
+            if not isinstance(name, str) or not name.endswith(URI_SUFFIX) or len(name) == len(URI_SUFFIX):
                 continue
             target = name[: -len(URI_SUFFIX)]
             if isinstance(value, str):
@@ -333,17 +363,21 @@ class References:
     def _refusal(self, tool: str, problems: list[Missing]) -> Resolution:
         described = ", ".join(f"{p.argument} ({p.reason})" for p in problems)
         noun = "reference" if len(problems) == 1 else "references"
+        summary = f"{len(problems)} cache {noun} could not be resolved: {described}"
+        if len(problems) == 1 and problems[0].argument == "*":
+            summary = problems[0].detail  # about the call as a whole, not one reference
         hints = []
         for p in problems:
             source_tool = p.source.tool if p.source is not None else "the tool that produced it"
             if p.reason == "malformed" and not p.uri:
-                hint = f"{p.detail}. Pass a single reference, or a list made only of references."
+                hint = f"{p.detail}."
+                if p.argument != "*":
+                    hint += " Pass a single reference, or a list made only of references."
             else:
                 hint = _FIX_HINTS[p.reason].format(uri=p.uri, tool=source_tool, detail=p.detail)
             hints.append(f"{p.argument}: {hint}")
         envelope = {
-            "error": f"invalid_args: {tool} was not called; {len(problems)} cache {noun} could not be resolved: "
-            f"{described}",
+            "error": f"invalid_args: {tool} was not called; {summary}",
             "_missing_uris": [p.to_json() for p in problems],
             "fix_hint": " ".join(hints),
         }

@@ -8,6 +8,8 @@ replaced by a marker that names what it was, how big it is, and the exact refere
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,9 +30,43 @@ class Payload:
     is_error: bool
 
 
+def _plain(value: Any) -> Any:
+    """`value` as JSON-able Python, for what orjson refuses: integers past 64 bits keep every digit,
+    anything that is not JSON becomes its string form. NaN and infinities become null, as orjson writes them."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", by_alias=True)
+    if isinstance(value, Mapping):
+        return {k if isinstance(k, str) else str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_plain(v) for v in value]
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, str | int | bool):
+        return value
+    return str(value)
+
+
+def encode_json(value: Any) -> tuple[bytes, bool]:
+    """The compact UTF-8 JSON of `value`, and True when only the standard library could write it.
+
+    Never raises: a tool result is not refused for holding a number orjson cannot write. The flag
+    matters on the way back, because orjson would read such a number as a float and lose digits.
+    """
+    try:
+        # OPT_NON_STR_KEYS: a host's own result dict may have int keys; the model sees them as strings anyway.
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY), False
+    except orjson.JSONEncodeError:
+        # ensure_ascii: a lone surrogate is written as an escape instead of failing the UTF-8 encoding.
+        return json.dumps(_plain(value), separators=(",", ":"), ensure_ascii=True).encode(), True
+
+
 def json_bytes(value: Any) -> bytes:
-    # OPT_NON_STR_KEYS: a host's own result dict may have int keys; the model sees them as strings anyway.
-    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+    return encode_json(value)[0]
+
+
+def decode_json(body: bytes, exact: bool = False) -> Any:
+    """What `encode_json` wrote; `exact` when it needed the standard library (see there)."""
+    return json.loads(body) if exact else orjson.loads(body)
 
 
 def _text_blocks(content: list[Any]) -> list[str] | None:
@@ -49,6 +85,11 @@ def payload_of(result: Any) -> Payload:
     if isinstance(result, (str, int, float, bool, list, dict)) or result is None:
         return Payload(result, False)
     content = getattr(result, "content", None)
+    if content is None and getattr(result, "structured_content", None) is None:
+        # Not a tool result but a host's own value (a tuple, a model, a dataclass): the model reads its
+        # JSON form. Treating it as a result with no content would show the model an empty string.
+        body, exact = encode_json(result)
+        return Payload(decode_json(body, exact), False)
     is_error = bool(getattr(result, "is_error", False))
     structured = getattr(result, "structured_content", None)
     if structured is not None and not is_error:
@@ -89,14 +130,15 @@ def _describe(value: Any) -> str:
     return type(value).__name__
 
 
-def marker(value: Any, uri: CacheUri, name: str) -> str:
+def marker(value: Any, uri: CacheUri, name: str, size: int | None = None) -> str:
     """A string that cannot be mistaken for the value it stands for, and says how to get the value."""
-    size = len(json_bytes(value))
-    tokens = count_tokens(json_bytes(value).decode())
+    body = json_bytes(value)
+    tokens = count_tokens(body.decode())
     approx = "" if tokens.method == "o200k" else "~"
     return (
-        f"<elided {_describe(value)} ({name!r}): {size:,} bytes, {approx}{tokens.count:,} tokens. It is stored, "
-        f'not lost: to pass it to a tool argument X, give "{uri}" as X_uri instead of X>'
+        f"<elided {_describe(value)} ({name!r}): {len(body) if size is None else size:,} bytes, "
+        f"{approx}{tokens.count:,} tokens. It is stored, not lost: to pass it to a tool argument X, give "
+        f'"{uri}" as X_uri instead of X>'
     )
 
 
@@ -121,9 +163,10 @@ def shorten(payload: Any, envelope: dict[str, Any], uri: CacheUri, budget: int) 
     """Replace the largest members by markers until the envelope's JSON fits in `budget` bytes.
 
     Only the payload's own members are candidates, largest first, so what is left is whole; when even
-    that does not fit, the whole payload becomes one marker.
+    that does not fit, the whole payload becomes one marker (naming the reference without a fragment).
     """
-    if len(json_bytes(envelope)) <= budget:
+    size = len(json_bytes(envelope))
+    if size <= budget:
         return envelope, []
     shortened: Any
     if isinstance(payload, dict):
@@ -132,15 +175,27 @@ def shorten(payload: Any, envelope: dict[str, Any], uri: CacheUri, budget: int) 
         shortened, members = list(payload), list(enumerate(payload))
     else:
         shortened, members = payload, []
-    sized = sorted(((len(json_bytes(v)), k, v) for k, v in members), key=lambda skv: skv[0], reverse=True)
+    sized = sorted(
+        ((len(json_bytes(v)), k, v) for k, v in members if isinstance(v, dict | list | str)),
+        key=lambda skv: skv[0],
+        reverse=True,
+    )
     done: list[str] = []
-    for size, key, value in sized:
-        if not isinstance(value, dict | list | str) or size < 64:
-            break  # what is left is small; markers would not make it fit
+    for value_size, key, value in sized:
+        if size <= budget:
+            break
         pointer = pointer_of([key])
-        shortened[key] = marker(value, uri.at(pointer), str(key))
+        text = marker(value, uri.at(pointer), str(key), value_size)
+        marker_size = len(json_bytes(text))
+        if marker_size >= value_size:
+            continue  # a marker bigger than its value would make the view longer, not shorter
+        shortened[key] = text
         done.append(pointer)
+        # Compact JSON of a container is its members' JSON plus fixed punctuation, so the envelope's size
+        # moves by exactly the difference; the result is still measured once below, not trusted.
+        size += marker_size - value_size
+    if done:
         candidate = envelope_of(shortened, uri)
         if len(json_bytes(candidate)) <= budget:
             return candidate, done
-    return {RESULT_FIELD: marker(payload, uri.at(""), RESULT_FIELD), URI_FIELD: str(uri)}, [""]
+    return {RESULT_FIELD: marker(payload, uri.whole, RESULT_FIELD), URI_FIELD: str(uri)}, [""]

@@ -117,7 +117,8 @@ class Connection(Protocol):
         None when the conditional form cannot be used (the driver then sends an ordinary call)."""
 
     async def validate(self, name: str, result: CallToolResult) -> None:
-        """Raise as the client would for an answer that does not fit the tool's output schema."""
+        """Raise as the client would for an answer that does not fit the tool's output schema (the SDK's
+        check raises RuntimeError; anything else it raises is a failure of the call, not of the answer)."""
 
     async def read_only(self, name: str) -> bool | None:
         """The tool's readOnlyHint, as the server announced it (None: unknown)."""
@@ -143,10 +144,18 @@ def _merged(result: CallToolResult, block: CacheBlock, meta_key: str) -> CallToo
     return result.model_copy(update={"meta": meta})
 
 
+def _claims_not_modified(meta: object, meta_key: str) -> bool:
+    """Whether a reply's raw cache block says `notModified` in any form but absent, null or false."""
+    raw = meta.get(meta_key) if isinstance(meta, Mapping) else None
+    if not isinstance(raw, Mapping) or NOT_MODIFIED_KEY not in raw:
+        return False
+    return raw[NOT_MODIFIED_KEY] is not None and raw[NOT_MODIFIED_KEY] is not False
+
+
 def _unanswerable(name: str) -> CallToolResult:
     text = (
-        f"The server answered 'not modified' to an unconditional call of {name!r} twice, so no answer is "
-        "available; mcpcache never passes a not-modified reply off as a result."
+        f"The server answered 'not modified' to a call of {name!r} that carried no tag (a repeat asking for the "
+        "whole answer), so no answer is available; mcpcache never passes a not-modified reply off as a result."
     )
     return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
@@ -253,6 +262,8 @@ class ToolCache:
         self.clock = clock
         self.stats = CacheStats()
         self._flights: dict[str, _Flight] = {}
+        self._ended: dict[str, float] = {}
+        """When this process last ended freshness, by mark key (see `end_freshness`)."""
         self._store = _FencedStore(store, self._count_store_failure)
 
     def _count_store_failure(self) -> None:
@@ -338,18 +349,24 @@ class ToolCache:
         return None
 
     async def _freshness_ended_at(self, identity: CallIdentity) -> float | None:
-        item = await self._store.load(identity.mark_key())
-        if item is None:
-            return None
-        value = item.meta.get("endedAt")
-        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+        mark_key = identity.mark_key()
+        ended = self._ended.get(mark_key)
+        item = await self._store.load(mark_key)
+        value = item.meta.get("endedAt") if item is not None else None
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            ended = float(value) if ended is None else max(ended, float(value))
+        return ended
 
     async def end_freshness(self, server_id: str, era: str | None = None) -> None:
         """End the freshness of every entry of `server_id` in this partition (their tags stay usable)."""
         identity = CallIdentity(server_id, self.partition, era or "", "", {})
         now = self.clock()
+        mark_key = identity.mark_key()
+        # Kept here as well as in the store: a store that fails to save the mark (or loses it to eviction)
+        # must not make this process serve, as fresh, entries the server has since changed.
+        self._ended[mark_key] = max(now, self._ended.get(mark_key, now))
         item = Item(meta={"endedAt": now}, body=b"", group="marks", created_at=now)
-        await self._store.save(identity.mark_key(), item)
+        await self._store.save(mark_key, item)
 
     async def _execute_once(
         self,
@@ -386,18 +403,35 @@ class ToolCache:
         if reply is None:
             reply = await conn.send_plain(name, args, user_meta)
         store_ok = lookup.store if isinstance(lookup, Fetch) else True
-        for attempt in range(2):
+        reason = lookup.reason
+        repeated = False
+        while True:
             decision = self._decide(identity, entry, sent_etag, reply, requested_at, store_ok)
-            if isinstance(decision, RepeatWithoutTag):
-                if attempt == 1:
-                    logger.warning("tool %r: %s; giving up", name, decision.reason)
-                    return _unanswerable(name), CallOutcome("miss", False, decision.reason)
-                logger.info("tool %r: %s; asking again without a tag", name, decision.reason)
-                sent_etag, requested_at = None, self.clock()
-                reply = await conn.send_plain(name, args, user_meta)
-                continue
-            return await self._apply(conn, identity, private_key, found, decision, reply, mode, lookup.reason)
-        raise AssertionError("unreachable")
+            if isinstance(decision, ServeStored):
+                assert found is not None
+                served = await self._serve_stored(conn, name, found, decision, reply, reason)
+                if served is not None:
+                    return served
+                # The copy the server confirmed cannot be served: it goes, and the whole answer is asked for.
+                await self._store.remove(found[0])
+                found, entry = None, None
+                why = "the stored answer could not be served"
+            elif isinstance(decision, RepeatWithoutTag):
+                why = decision.reason
+                if repeated:
+                    logger.warning("tool %r: %s; giving up", name, why)
+                    status: Status = "bypass" if mode == "bypass" else "miss"
+                    return _unanswerable(name), CallOutcome(status, False, f"{reason}; {why}")
+            else:
+                if sent_etag is not None and not reply.is_error:
+                    # A full answer to a conditional call skipped the client's own output-schema check.
+                    await conn.validate(name, reply)
+                return await self._apply(conn, identity, private_key, found, decision, reply, mode, reason)
+            logger.info("tool %r: %s; asking again without a tag", name, why)
+            reason = f"{reason}; {why}; asked again without a tag"
+            repeated = True
+            sent_etag, requested_at = None, self.clock()
+            reply = await conn.send_plain(name, args, user_meta)
 
     def _decide(
         self,
@@ -409,6 +443,10 @@ class ToolCache:
         store: bool,
     ) -> ServeStored | StoreAnswer | ReturnUnstored | RepeatWithoutTag:
         block = parse_cache_block(reply.meta, self.meta_key)
+        if block is not None and not block.not_modified and _claims_not_modified(reply.meta, self.meta_key):
+            # The tolerant reading makes a malformed `notModified` false, which would store and return the
+            # reply's empty stub as the answer. A claim in any form is a claim: it must match, or be asked again.
+            block = block.model_copy(update={"not_modified": True})
         return decide_reply(
             tool=identity.tool,
             sent_etag=sent_etag,
@@ -431,29 +469,12 @@ class ToolCache:
         identity: CallIdentity,
         private_key: str,
         found: tuple[str, EntryMeta, Item] | None,
-        decision: ServeStored | StoreAnswer | ReturnUnstored,
+        decision: StoreAnswer | ReturnUnstored,
         reply: CallToolResult,
         mode: CacheMode,
         lookup_reason: str,
     ) -> tuple[CallToolResult, CallOutcome]:
         name = identity.tool
-        if isinstance(decision, ServeStored):
-            assert found is not None
-            key, _, item = found
-            stored = decode_result(item.body)
-            if stored is None:
-                # The copy we were told is current cannot be read: ask for the whole answer.
-                await self._store.remove(key)
-                plain = await conn.send_plain(name, dict(identity.arguments), None)
-                return plain, CallOutcome("miss", False, "the stored answer could not be read; fetched again")
-            result = _merged(stored, decision.block, self.meta_key)
-            if not result.is_error:
-                await conn.validate(name, result)
-            meta = decision.meta
-            await self._store.update_meta(key, meta.to_json(), self._expires_at(meta))
-            saved = max(len(item.body) - len(encode_result(reply)), 0)
-            return result, CallOutcome("revalidated", False, f"{lookup_reason}; {decision.reason}", saved)
-
         await self._after_server_answer(conn, name, reply)
         if isinstance(decision, ReturnUnstored):
             if decision.drop_entry and found is not None:
@@ -480,6 +501,34 @@ class ToolCache:
             await self._store.remove(found[0])
         await self._store.save(own, item)
         return reply, CallOutcome("miss", True, f"{lookup_reason}; {decision.reason}")
+
+    async def _serve_stored(
+        self,
+        conn: Connection,
+        name: str,
+        found: tuple[str, EntryMeta, Item],
+        decision: ServeStored,
+        reply: CallToolResult,
+        lookup_reason: str,
+    ) -> tuple[CallToolResult, CallOutcome] | None:
+        """The stored copy with the fresh block, checked as the client checks any answer; None if it cannot be
+        read or fails the check (a corrupt or foreign entry: never served, never a failed call)."""
+        key, _, item = found
+        stored = decode_result(item.body)
+        if stored is None:
+            return None
+        result = _merged(stored, decision.block, self.meta_key)
+        try:
+            await conn.validate(name, result)
+        except RuntimeError:
+            # What the SDK raises for an answer that does not fit the tool's output schema. Anything else
+            # (the connection failing while the schema is fetched) is the call's failure, not the entry's.
+            logger.warning("tool %r: the stored answer fails the client's checks; fetching it again", name)
+            return None
+        meta = decision.meta
+        await self._store.update_meta(key, meta.to_json(), self._expires_at(meta))
+        saved = max(len(item.body) - len(encode_result(reply)), 0)
+        return result, CallOutcome("revalidated", False, f"{lookup_reason}; {decision.reason}", saved)
 
     async def _after_server_answer(self, conn: Connection, name: str, reply: CallToolResult) -> None:
         answered_with_block = parse_cache_block(reply.meta, self.meta_key) is not None

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -126,6 +127,50 @@ class _SessionConnection:
         return await self._view.read_only(name)
 
 
+class _SessionHook:
+    """What one session's change notifications reach: each (cache, server) that wrapped the session, once.
+
+    The SDK offers no public way to add a message handler to a running session, so one hook per session
+    wraps its handler attribute (which the SDK calls for every server notification) and every view
+    registers with it. Views are many and short-lived (a view per request is a natural use of `wrap()`),
+    so the hook holds what a notification must reach, (cache, server id) pairs, and the views only weakly.
+    """
+
+    _ATTRIBUTE = "_mcpcache_hook"
+
+    def __init__(self, session: ClientSession, inner: Callable[[Any], Awaitable[None]]) -> None:
+        self._session = session
+        self._inner = inner
+        self._targets: dict[tuple[int, str], tuple[ToolCache, str]] = {}
+        self._views: weakref.WeakSet[_CachedView] = weakref.WeakSet()
+
+    @classmethod
+    def of(cls, session: ClientSession) -> _SessionHook:
+        hook = getattr(session, cls._ATTRIBUTE, None)
+        if isinstance(hook, _SessionHook):
+            return hook
+        hook = cls(session, session._message_handler)
+        setattr(session, cls._ATTRIBUTE, hook)
+        session._message_handler = hook
+        return hook
+
+    def register(self, view: _CachedView) -> None:
+        self._views.add(view)
+        self._targets.setdefault((id(view.cache), view.server_id), (view.cache, view.server_id))
+
+    async def __call__(self, message: Any) -> None:
+        if isinstance(message, mt.ToolListChangedNotification):
+            for view in list(self._views):
+                view._read_only = None  # the annotations may have changed with the list
+        if isinstance(message, _FRESHNESS_ENDING):
+            for cache, server_id in list(self._targets.values()):
+                try:
+                    await cache.end_freshness(server_id, self._session.protocol_version)
+                except Exception:
+                    logger.warning("could not record a change notification", exc_info=True)
+        await self._inner(message)
+
+
 class _CachedView:
     """What the three views share: identity, notifications, annotations, forwarding."""
 
@@ -162,27 +207,16 @@ class _CachedView:
         return getattr(self._wrapped, name)
 
     def _hook_notifications(self) -> None:
-        """Route the server's change notifications to the cache, once per session.
+        """Route the server's change notifications to this view's cache (see `_SessionHook`)."""
+        _SessionHook.of(self.session).register(self)
 
-        The SDK offers no public way to add a message handler to a running session; this wraps its
-        handler attribute, which the SDK calls for every server notification.
-        """
-        session = self.session
-        current = getattr(session, "_message_handler", None)
-        if current is None or getattr(current, "__mcpcache_view__", None) is self:
-            return
-        view = self
-
-        async def handler(message: Any) -> None:
-            if isinstance(message, _FRESHNESS_ENDING):
-                try:
-                    await view._cache.end_freshness(view.server_id, session.protocol_version)
-                except Exception:
-                    logger.warning("could not record a change notification", exc_info=True)
-            await current(message)
-
-        handler.__mcpcache_view__ = self  # type: ignore[attr-defined]
-        session._message_handler = handler
+    def _hook_if_connected(self) -> None:
+        """Hook notifications now if the client is connected (otherwise the first call does it), so a
+        change announced between `wrap()` and the first call is not missed."""
+        try:
+            self._hook_notifications()
+        except RuntimeError:
+            logger.debug("client not connected yet; notifications are hooked on the first call")
 
     async def read_only(self, name: str) -> bool | None:
         if self._read_only is None:
@@ -396,6 +430,12 @@ class CachedSession(_CachedView):
 
 
 def wrap_client(cache: ToolCache, client: Any, *, server_id: str | None = None) -> Any:
+    view = _view_of(cache, client, server_id)
+    view._hook_if_connected()
+    return view
+
+
+def _view_of(cache: ToolCache, client: Any, server_id: str | None) -> _CachedView:
     if isinstance(client, MCPClient):
         return CachedMCPClient(cache, client, server_id)
     if isinstance(client, ClientSession):

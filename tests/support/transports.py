@@ -3,7 +3,9 @@
 A `ServerTarget` says where a server is: an in-process object (memory streams), a command the client
 transport starts (stdio), or a URL (streamable HTTP; `http_server` runs one in a subprocess).
 `stock_client(client_kind, target, era)` yields a connected, unmodified `mcp.Client` or
-`fastmcp.Client`, and refuses to yield one that negotiated another era than the one asked for.
+`fastmcp.Client`, and refuses to yield one that negotiated another era than the one asked for. Given a
+`log` (`mcpcache.bench.wire.WireLog`), every message of the connection is recorded at the transport;
+other keyword arguments go to the client's constructor (e.g. `message_handler=`).
 
 Era is forced the same way for both clients: `mode="auto"` negotiates 2026-07-28 through
 `server/discover`; `mode="legacy"` forces the 2025-11-25 `initialize` handshake.
@@ -25,9 +27,13 @@ from typing import IO, Any, Literal, TypeAlias
 
 import fastmcp
 import mcp
-from fastmcp.client.transports import PythonStdioTransport, StreamableHttpTransport
+from fastmcp.client.transports import FastMCPTransport, PythonStdioTransport, StreamableHttpTransport
 from mcp.client._memory import InMemoryTransport
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
+
+from mcpcache.bench.wire import CountingFastMCPTransport, CountingTransport, WireLog
 
 ServerKind = Literal["fastmcp", "sdk"]
 ClientKind = Literal["mcp", "fastmcp"]
@@ -75,7 +81,9 @@ class ServerTarget:
         return cls(kind=kind, transport="http", url=url)
 
 
-def _mcp_transport(target: ServerTarget) -> Any:
+def _mcp_transport(target: ServerTarget, log: WireLog | None = None) -> Any:
+    if log is not None:
+        return CountingTransport(_mcp_streams(target), log)
     if target.transport == "memory":
         assert target.server is not None
         # InMemoryTransport takes an MCPServer or a low-level Server; FastMCP's is the private _mcp_server.
@@ -88,7 +96,22 @@ def _mcp_transport(target: ServerTarget) -> Any:
     return target.url
 
 
-def _fastmcp_transport(target: ServerTarget) -> Any:
+def _mcp_streams(target: ServerTarget) -> Any:
+    """The target as an `mcp.client.Transport` (streams that can be counted)."""
+    transport = _mcp_transport(target)
+    if isinstance(transport, mcp.StdioServerParameters):
+        return stdio_client(transport)
+    if isinstance(transport, str):
+        return streamable_http_client(transport)
+    return transport
+
+
+def _fastmcp_transport(target: ServerTarget, log: WireLog | None = None) -> Any:
+    if log is not None:
+        inner = _fastmcp_transport(target)
+        if not isinstance(inner, PythonStdioTransport | StreamableHttpTransport):
+            inner = FastMCPTransport(inner)
+        return CountingFastMCPTransport(inner, log)
     if target.transport == "memory":
         return target.server  # FastMCPTransport, for FastMCP and SDK MCPServer alike
     if target.transport == "stdio":
@@ -99,25 +122,31 @@ def _fastmcp_transport(target: ServerTarget) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def mcp_client(target: ServerTarget, era: Era) -> AsyncIterator[mcp.Client]:
+async def mcp_client(
+    target: ServerTarget, era: Era, *, log: WireLog | None = None, **kwargs: Any
+) -> AsyncIterator[mcp.Client]:
     """A connected stock `mcp.Client` (its defaults, response cache included)."""
-    async with mcp.Client(_mcp_transport(target), mode=_MODE[era]) as client:
+    async with mcp.Client(_mcp_transport(target, log), mode=_MODE[era], **kwargs) as client:
         _check_era(client.protocol_version, era)
         yield client
 
 
 @contextlib.asynccontextmanager
-async def fastmcp_client(target: ServerTarget, era: Era) -> AsyncIterator[fastmcp.Client[Any]]:
+async def fastmcp_client(
+    target: ServerTarget, era: Era, *, log: WireLog | None = None, **kwargs: Any
+) -> AsyncIterator[fastmcp.Client[Any]]:
     """A connected stock `fastmcp.Client`."""
-    async with fastmcp.Client(_fastmcp_transport(target), mode=_MODE[era]) as client:
+    async with fastmcp.Client(_fastmcp_transport(target, log), mode=_MODE[era], **kwargs) as client:
         _check_era(client.protocol_version, era)
         yield client
 
 
 @contextlib.asynccontextmanager
-async def stock_client(client_kind: ClientKind, target: ServerTarget, era: Era) -> AsyncIterator[StockClient]:
+async def stock_client(
+    client_kind: ClientKind, target: ServerTarget, era: Era, *, log: WireLog | None = None, **kwargs: Any
+) -> AsyncIterator[StockClient]:
     connect = mcp_client if client_kind == "mcp" else fastmcp_client
-    async with connect(target, era) as client:
+    async with connect(target, era, log=log, **kwargs) as client:
         yield client
 
 

@@ -1,0 +1,341 @@
+"""mcpcache and jupyter-mcp-server interoperate in both directions (PROTOCOL.md, opening section).
+
+jupyter-mcp-server 2.2.4 already speaks `_meta["io.modelcontextprotocol/cache"]` on `read_notebook` and
+`read_cell`. Three layers, cheapest first:
+
+1. Our `ToolCache` against jupyter's own server-side code, in-process: an `MCPServer` with jupyter's
+   `RevalidationExtension` and tools wrapped by jupyter's `results.structured(..., etag=True)`, exactly as
+   its `server.py` declares them.
+2. The other direction: jupyter's own reading helpers (`answered_etag`, `answered_kind`, `_cache_block`,
+   `requested_etag`) applied to what mcpcache servers answer and to the conditional requests our cache
+   sends.
+3. The real thing: a `jupyter server` and a `jupyter-mcp-server` process on 127.0.0.1 serving a real
+   notebook; our cache stores, serves, revalidates (not-modified) and replaces its answers.
+
+Needs `pip install jupyter-mcp-server==2.2.4` (not a dependency of mcpcache). Without it the module is
+skipped locally and fails under CI=true, where a silent skip would hide that interop went untested.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+INSTALL = "pip install jupyter-mcp-server==2.2.4"
+try:
+    pytest.importorskip("jupyter_mcp_server", reason=f"jupyter-mcp-server is not installed ({INSTALL})")
+except pytest.skip.Exception:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"jupyter-mcp-server is not installed ({INSTALL}); CI must run the interop tests", pytrace=False)
+    raise
+
+import mcp_types as mt  # noqa: E402
+import nbformat  # noqa: E402
+from jupyter_mcp_server import results as jresults  # noqa: E402
+from jupyter_mcp_server import revalidation as jreval  # noqa: E402
+from mcp.server.mcpserver import MCPServer  # noqa: E402
+from servers.catalog import SERVER_KINDS, ServerKind, build  # noqa: E402
+from support.calls import call_raw, call_stock  # noqa: E402
+from support.transports import ERAS, MODERN, Era, ServerTarget, http_servers, stock_client  # noqa: E402
+
+from mcpcache.client import ToolCache  # noqa: E402
+from mcpcache.etag import parse_etag  # noqa: E402
+from mcpcache.protocol import META_KEY, NOT_MODIFIED_KEY, CacheBlock, NotModifiedReply  # noqa: E402
+from mcpcache.stores import MemoryStore  # noqa: E402
+
+from .harness import VIEW_KINDS, FakeClock, ViewKind, assert_full_answer, block, connect, plain  # noqa: E402
+
+pytestmark = pytest.mark.anyio
+
+JUPYTER_CELL_ID = jresults.meta_key("cell_id")
+
+
+def test_the_vocabulary_is_the_same() -> None:
+    assert jresults.CACHE_META_KEY == META_KEY
+    assert jreval.NOT_MODIFIED_KEY == NOT_MODIFIED_KEY
+    # The two ends build the same not-modified reply from the same block and kind.
+    stamped = {"ttlMs": 5000, "cacheScope": "private", "etag": 'W/"' + "ab" * 16 + '"'}
+    theirs = jreval.not_modified(stamped, "notebook.read").model_dump(by_alias=True, mode="json", exclude_none=True)
+    ours = NotModifiedReply.build(CacheBlock.model_validate(stamped), "notebook.read").to_wire()
+    theirs.pop("resultType", None)
+    assert theirs == ours
+
+
+# -- 1. our cache against jupyter's server-side revalidation --------------------------------------
+
+
+@dataclass
+class JupyterStyle:
+    """Notebook texts by name, and what jupyter's extension read from each conditional request."""
+
+    texts: dict[str, str]
+    runs: int = 0
+    requested: list[str] | None = None
+
+
+def build_jupyter_style(state: JupyterStyle) -> MCPServer:
+    state.requested = []
+
+    class Recording(jreval.RevalidationExtension):
+        async def intercept_tool_call(self, params: mt.CallToolRequestParams, ctx: Any, call_next: Any) -> Any:
+            assert state.requested is not None
+            state.requested.append(jreval.requested_etag(params))  # jupyter reading our request
+            return await super().intercept_tool_call(params, ctx, call_next)
+
+    server = MCPServer("jupyter-style", extensions=[Recording()])
+
+    # Declared the way jupyter-mcp-server's server.py declares read_notebook and list_notebooks.
+    @server.tool(annotations=mt.ToolAnnotations(read_only_hint=True))
+    @jresults.structured("notebook.read", ttl_ms=5000, etag=True)
+    async def read_notebook(notebook_name: str) -> jresults.ToolAnswer:
+        state.runs += 1
+        jresults.add_meta(cell_id=f"{notebook_name}-cell-0")
+        return state.texts[notebook_name]
+
+    @server.tool(annotations=mt.ToolAnnotations(read_only_hint=True))
+    @jresults.structured("notebooks.list", ttl_ms=30000, cache_scope=jresults.SCOPE_SESSION, etag=True)
+    async def list_notebooks() -> jresults.ToolAnswer:
+        return "\n".join(sorted(state.texts))
+
+    return server
+
+
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("view_kind", VIEW_KINDS)
+async def test_our_cache_against_jupyters_revalidation(
+    view_kind: ViewKind, era: Era, clock: FakeClock, cache: ToolCache
+) -> None:
+    state = JupyterStyle({"a.ipynb": "cell 0: x = 1"})
+    args = {"notebook_name": "a.ipynb"}
+    async with connect(view_kind, ServerTarget.memory(build_jupyter_style(state)), era, cache) as conn:
+        first = await conn.call("read_notebook", args)
+        assert (first.outcome.status, first.outcome.stored) == ("miss", True)
+        etag = block(first.result)["etag"]  # type: ignore[index]
+        assert parse_etag(etag) == etag, "jupyter's tags are well-formed weak tags"
+
+        assert (await conn.call("read_notebook", args)).outcome.status == "fresh_hit"
+        assert state.runs == 1
+
+        clock.advance(6)
+        mark = conn.mark()
+        again = await conn.call("read_notebook", args)
+        assert again.outcome.status == "revalidated"
+        _, reply = conn.log.exchange("tools/call", since=mark)
+        assert reply.nbytes < 600
+        assert state.requested == ["", etag], "jupyter's requested_etag reads the tag our cache sent"
+        assert plain(again.result) == plain(first.result)
+        assert_full_answer(again.result)
+        assert again.result.meta[JUPYTER_CELL_ID] == "a.ipynb-cell-0"  # type: ignore[index]  # jupyter's own key kept
+        assert block(again.result) == {"ttlMs": 5000, "cacheScope": "private", "etag": etag}
+
+        # The notebook changes: jupyter answers in full, and the entry is replaced.
+        state.texts["a.ipynb"] = "cell 0: x = 2"
+        clock.advance(6)
+        changed = await conn.call("read_notebook", args)
+        assert (changed.outcome.status, changed.outcome.stored) == ("miss", True)
+        assert changed.result.structured_content["result"] == "cell 0: x = 2"  # type: ignore[index]
+        assert block(changed.result)["etag"] != etag  # type: ignore[index]
+
+        if view_kind == "fastmcp":
+            clock.advance(6)
+            parsed = await conn.view.call_tool("read_notebook", args)
+            assert conn.view.last_outcome.status == "revalidated"
+            assert parsed.data.kind == "notebook.read"
+            assert parsed.structured_content["result"] == "cell 0: x = 2"
+
+
+async def test_jupyters_session_scope_is_private(clock: FakeClock, store: MemoryStore) -> None:
+    state = JupyterStyle({"a.ipynb": "x", "b.ipynb": "y"})
+    server = build_jupyter_style(state)
+    alice = ToolCache(store, partition="alice", share_public=True, clock=clock)
+    bob = ToolCache(store, partition="bob", share_public=True, clock=clock)
+    async with (
+        connect("mcp", ServerTarget.memory(server), MODERN, alice, server_id="jupyter") as a,
+        connect("mcp", ServerTarget.memory(server), MODERN, bob, server_id="jupyter") as b,
+    ):
+        listed = await a.call("list_notebooks", {})
+        assert block(listed.result)["cacheScope"] == "session"  # type: ignore[index]
+        assert listed.outcome.stored
+        assert (await b.call("list_notebooks", {})).outcome.status == "miss"
+        assert (await a.call("list_notebooks", {})).outcome.status == "fresh_hit"
+
+
+# -- 2. jupyter's client-side helpers on mcpcache's answers ----------------------------------------
+
+
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("server_kind", SERVER_KINDS)
+async def test_jupyters_helpers_read_mcpcache_answers(server_kind: ServerKind, era: Era) -> None:
+    async with stock_client("mcp", ServerTarget.memory(build(server_kind)), era) as client:
+        for tool, kind in (("doc_dict", "doc"), ("doc_answer", "doc.answer"), ("doc_model", "doc.model")):
+            full = await call_stock(client, tool, {"key": "k"})
+            ours = block(full)
+            assert ours is not None
+            assert jreval.answered_etag(full) == ours["etag"]
+            assert jreval.answered_kind(full) == kind
+            assert jreval._cache_block(full.meta) == ours
+
+            # A conditional request in the form jupyter's requested_etag reads, sent as is.
+            params = mt.CallToolRequestParams(
+                name=tool, arguments={"key": "k"}, _meta={META_KEY: {"etag": ours["etag"]}}
+            )
+            assert jreval.requested_etag(params) == ours["etag"]
+            reply = await call_raw(client, tool, {"key": "k"}, params.meta)  # type: ignore[arg-type]
+            assert reply.content == []
+            assert jreval._cache_block(reply.meta)[jreval.NOT_MODIFIED_KEY] is True
+            assert jreval.answered_etag(reply) == ours["etag"]
+            assert jreval.answered_kind(reply) == kind
+
+
+async def test_jupyters_helpers_read_what_our_cache_sends_and_serves(clock: FakeClock, cache: ToolCache) -> None:
+    from .lab import Lab, build_lab
+
+    lab = Lab()
+    async with connect("mcp", ServerTarget.memory(build_lab("sdk", lab)), MODERN, cache) as conn:
+        first = await conn.call("read", {"key": "k"})
+        clock.advance(6)
+        served = await conn.call("read", {"key": "k"})
+    tag = jreval.answered_etag(first.result)
+    sent = mt.CallToolRequestParams(name="read", arguments={"key": "k"}, _meta=lab.seen_meta[-1])
+    assert jreval.requested_etag(sent) == tag
+    # What the cache hands its caller reads, to jupyter's helpers, as a full answer (no notModified).
+    assert jreval.answered_etag(served.result) == tag
+    assert jreval.answered_kind(served.result) == "doc"
+    assert jreval.NOT_MODIFIED_KEY not in jreval._cache_block(served.result.meta)
+
+
+# -- 3. the real jupyter-mcp-server, on a real notebook --------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass(frozen=True)
+class JupyterStack:
+    url: str
+    notebook: Path
+
+
+@pytest.fixture(scope="module")
+def jupyter_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterStack]:
+    """`jupyter server` (collaboration on, the UI extensions off) and `jupyter-mcp-server` in
+    streamable-HTTP mode pointed at it, with `a.ipynb` enrolled as "default" and no kernel."""
+    root = tmp_path_factory.mktemp("jupyter")
+    notebooks, config, data, runtime = (root / name for name in ("notebooks", "config", "data", "runtime"))
+    for folder in (notebooks, config, data, runtime):
+        folder.mkdir()
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell("x = 1\nprint(x)"), nbformat.v4.new_markdown_cell("# Title")]
+    nbformat.write(notebook, notebooks / "a.ipynb")
+    off = ("jupyterlab", "jupyter_lsp", "jupyter_mcp_server", "notebook_shim", "jupyter_server_terminals")
+    (config / "jupyter_server_config.json").write_text(
+        json.dumps({"ServerApp": {"jpserver_extensions": dict.fromkeys(off, False)}})
+    )
+    env = {
+        **os.environ,
+        "JUPYTER_CONFIG_DIR": str(config),
+        "JUPYTER_DATA_DIR": str(data),
+        "JUPYTER_RUNTIME_DIR": str(runtime),
+        "IPYTHONDIR": str(root / "ipython"),
+    }
+    token = secrets.token_hex(16)
+    jupyter_port = _free_port()
+    jupyter = [
+        sys.executable, "-m", "jupyter_server", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={jupyter_port}",
+        "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={notebooks}",
+        "--ServerApp.open_browser=False", "--allow-root",
+    ]  # fmt: skip
+    mcp_server = [
+        sys.executable, "-m", "jupyter_mcp_server", "start", "--transport", "streamable-http",
+        "--jupyter-url", f"http://127.0.0.1:{jupyter_port}", "--jupyter-token", token,
+        "--document-id", "a.ipynb", "--start-new-code-sandbox", "false", "--insecure-mcp-noauth", "--port",
+    ]  # fmt: skip
+    log_path = root / "servers.log"
+    with log_path.open("wb") as log:
+        jupyter_process = subprocess.Popen(
+            jupyter, env=env, cwd=root, stdin=subprocess.DEVNULL, stdout=log, stderr=log
+        )  # cwd: it keeps its document store (.jupyter_ystore.db) there
+        try:
+            _wait_for_port(jupyter_process, jupyter_port, log_path)
+            with http_servers([mcp_server], log=log) as (url,):
+                yield JupyterStack(url, notebooks / "a.ipynb")
+        finally:
+            jupyter_process.terminate()
+            try:
+                jupyter_process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                jupyter_process.kill()
+                jupyter_process.wait(timeout=15)
+
+
+def _wait_for_port(process: subprocess.Popen[bytes], port: int, log: Path) -> None:
+    deadline = time.monotonic() + 60  # a readiness wait, not a timing assertion
+    while True:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"jupyter server did not start:\n{log.read_text(errors='replace')[-4000:]}")
+        time.sleep(0.05)
+
+
+NOTEBOOK = {"notebook_name": "default", "response_format": "detailed"}
+CELL = {"notebook_name": "default", "cell_index": 0}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("era", ERAS)
+async def test_the_real_jupyter_mcp_server(jupyter_stack: JupyterStack, era: Era) -> None:
+    clock = FakeClock()
+    cache = ToolCache(MemoryStore(clock=clock), trusted=True, clock=clock)
+    target = ServerTarget.http("sdk", jupyter_stack.url)
+    async with connect("mcp", target, era, cache) as conn:
+        for tool, args in (("read_notebook", NOTEBOOK), ("read_cell", CELL)):
+            first = await conn.call(tool, args)
+            assert not first.result.is_error, first.result
+            assert (first.outcome.status, first.outcome.stored) == ("miss", True)
+            etag = block(first.result)["etag"]  # type: ignore[index]
+
+            mark = conn.mark()
+            assert (await conn.call(tool, args)).outcome.status == "fresh_hit"
+            assert conn.tool_calls(mark) == 0
+
+            clock.advance(6)
+            mark = conn.mark()
+            again = await conn.call(tool, args)
+            assert again.outcome.status == "revalidated", again.outcome
+            _, reply = conn.log.exchange("tools/call", since=mark)
+            assert reply.nbytes < 600, "jupyter-mcp-server answered not-modified"
+            assert plain(again.result) == plain(first.result)
+            assert_full_answer(again.result)
+            assert block(again.result) == {"ttlMs": 5000, "cacheScope": "private", "etag": etag}
+            if tool == "read_cell":
+                assert again.result.meta[JUPYTER_CELL_ID] == first.result.meta[JUPYTER_CELL_ID]  # type: ignore[index]
+
+        # An edit through the cache: insert_cell is not read-only (trusted annotations), so the stored
+        # notebook is revalidated at once, and the changed notebook replaces it.
+        clock.advance(0.5)
+        inserted = await conn.call(
+            "insert_cell", {**CELL, "cell_index": 2, "cell_type": "markdown", "cell_source": f"added in {era}"}
+        )
+        assert not inserted.result.is_error, inserted.result
+        clock.advance(0.001)
+        changed = await conn.call("read_notebook", NOTEBOOK)
+        assert (changed.outcome.status, changed.outcome.stored) == ("miss", True)
+        assert f"added in {era}" in changed.result.structured_content["result"]  # type: ignore[index]
+        assert (await conn.call("read_notebook", NOTEBOOK)).outcome.status == "fresh_hit"

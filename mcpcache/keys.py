@@ -8,10 +8,13 @@ shared by several principals, where a 64-bit or non-cryptographic hash could be 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
+
+import orjson
 
 from mcpcache.etag import canonical_json
 
@@ -30,9 +33,16 @@ class CallIdentity:
     variant: str = ""
     """Anything else the caller sent that selects a different answer (e.g. FastMCP's tool `version`)."""
 
-    def canonical_arguments(self) -> bytes:
-        """Raises CanonicalizationError for arguments with no canonical form (such calls are not cached)."""
+    @functools.cached_property
+    def _canonical_arguments(self) -> bytes:
         return canonical_json(dict(self.arguments))
+
+    def canonical_arguments(self) -> bytes:
+        """Raises CanonicalizationError for arguments with no canonical form (such calls are not cached).
+
+        Computed once per identity: a call needs it for each arm it looks in.
+        """
+        return self._canonical_arguments
 
     def key(self, arm: Arm, *, share_public: bool = False) -> str:
         """The store key of this call's entry in `arm`.
@@ -41,7 +51,8 @@ class CallIdentity:
         entries stay inside their partition like private ones.
         """
         partition = None if arm == "public" and share_public else self.partition
-        head = canonical_json([arm, self.server, partition, self.era, self.tool, self.variant])
+        # Strings (and one None) only: their JSON is already canonical and holds no NaN to look for.
+        head = orjson.dumps([arm, self.server, partition, self.era, self.tool, self.variant])
         digest = hashlib.sha256(head)
         digest.update(b"\x00")
         digest.update(self.canonical_arguments())
@@ -49,4 +60,4 @@ class CallIdentity:
 
     def mark_key(self) -> str:
         """Where the time this (server, partition) last ended freshness is kept."""
-        return "m:" + hashlib.sha256(canonical_json([self.server, self.partition])).hexdigest()
+        return "m:" + hashlib.sha256(orjson.dumps([self.server, self.partition])).hexdigest()

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 import anyio
+import pydantic_core
+from cachetools import LRUCache
 from mcp_types import CallToolResult, TextContent
 from pydantic import ValidationError
 
@@ -125,13 +127,16 @@ class Connection(Protocol):
 
 
 def encode_result(result: CallToolResult) -> bytes:
-    return result.model_dump_json(by_alias=True, exclude_none=True).encode()
+    # The serializer's bytes directly: model_dump_json would decode them to a str only to encode it again.
+    return result.__pydantic_serializer__.to_json(result, by_alias=True, exclude_none=True)
 
 
 def decode_result(body: bytes) -> CallToolResult | None:
+    # Parsing to Python values first and validating those measured faster than model_validate_json on
+    # answers from 1 KB to 10 MB; pydantic_core keeps integers above 64 bits exact.
     try:
-        return CallToolResult.model_validate_json(body)
-    except ValidationError:
+        return CallToolResult.model_validate(pydantic_core.from_json(body))
+    except (ValidationError, ValueError):
         return None
 
 
@@ -185,6 +190,14 @@ class _Flight:
         )
 
 
+@dataclass(frozen=True)
+class _Looked:
+    """What a lookup found (key, entry, item) and what the policy says to do about it."""
+
+    found: tuple[str, EntryMeta, Item] | None
+    decision: ServeFresh | Revalidate | Fetch
+
+
 class _FencedStore:
     """The store's operations with every failure turned into a miss (or a skipped write).
 
@@ -211,6 +224,12 @@ class _FencedStore:
     async def load(self, key: str) -> Item | None:
         item = await self._run("load", self.store.load(key))
         return item if isinstance(item, Item) else None
+
+    async def load_many(self, keys: list[str]) -> list[Item | None]:
+        items = await self._run("load", self.store.load_many(keys))
+        if not isinstance(items, list) or len(items) != len(keys):
+            return [None] * len(keys)
+        return [item if isinstance(item, Item) else None for item in items]
 
     async def save(self, key: str, item: Item) -> None:
         await self._run("save", self.store.save(key, item))
@@ -262,12 +281,19 @@ class ToolCache:
         self.clock = clock
         self.stats = CacheStats()
         self._flights: dict[str, _Flight] = {}
+        self._validated: LRUCache[tuple[str, str, int], None] = LRUCache(maxsize=4096)
+        """Stored answers this process has already checked against the client's output schemas, by (key,
+        tag, size): a revalidated answer is checked the first time it is served here, not every time."""
         self._ended: dict[str, float] = {}
         """When this process last ended freshness, by mark key (see `end_freshness`)."""
         self._store = _FencedStore(store, self._count_store_failure)
 
     def _count_store_failure(self) -> None:
         self.stats.store_failures += 1
+
+    def forget_validations(self) -> None:
+        """Check stored answers again before serving them (the wrappers call it when tools change)."""
+        self._validated.clear()
 
     def wrap(self, client: Any, *, server_id: str | None = None) -> Any:
         """A caching view of `client` (an `mcp.Client`, an `mcp.ClientSession` or a `fastmcp.Client`)."""
@@ -300,23 +326,31 @@ class ToolCache:
             outcome = CallOutcome("bypass", False, f"not cached: arguments have no canonical form ({exc})")
             return self._finish(result, outcome)
         if mode != "use":
-            result, outcome = await self._execute_once(conn, identity, private_key, mode, user_meta)
+            result, outcome = await self._execute_once(conn, identity, private_key, mode, user_meta, None)
             return self._finish(result, outcome)
+        found: _Looked | None = None
         while True:
             flight = self._flights.get(private_key)
-            if flight is None:
-                break
-            await flight.done.wait()
-            shared = flight.copy_for_follower()
-            if shared is not None:
-                return self._finish(*shared)
-            if flight.error is not None:
-                raise flight.error
-            # The leader was cancelled: this call goes on its own.
+            if flight is not None:
+                await flight.done.wait()
+                shared = flight.copy_for_follower()
+                if shared is not None:
+                    return self._finish(*shared)
+                if flight.error is not None:
+                    raise flight.error
+                continue  # the leader was cancelled: this call goes on its own
+            if found is None:
+                # A fresh hit sends nothing, so it needs no flight: look first, register only to go out.
+                found = await self._look(identity, private_key)
+                fresh = self._serve_fresh(found)
+                if fresh is not None:
+                    return self._finish(*fresh)
+                continue  # the lookup awaited: an identical call may have taken off meanwhile
+            break
         flight = _Flight()
         self._flights[private_key] = flight
         try:
-            result, outcome = await self._execute_once(conn, identity, private_key, mode, user_meta)
+            result, outcome = await self._execute_once(conn, identity, private_key, mode, user_meta, found)
             flight.result, flight.outcome = result, outcome
             return self._finish(result, outcome)
         except Exception as exc:
@@ -331,13 +365,16 @@ class ToolCache:
         logger.debug("tool cache: %s (%s)", outcome.status, outcome.reason)
         return result, outcome
 
-    async def _lookup(self, identity: CallIdentity, private_key: str) -> tuple[str, EntryMeta, Item] | None:
-        """The entry this partition may be served, trying its own arm first, then the shared one."""
+    async def _look(self, identity: CallIdentity, private_key: str) -> _Looked:
+        """The entry this partition may be served (its own arm first, then the shared one), when freshness
+        last ended, and what to do about it, all from one round trip to the store."""
         arms: list[tuple[Arm, str]] = [("private", private_key)]
         if self.share_public:
             arms.append(("public", identity.key("public", share_public=True)))
-        for arm, key in arms:
-            item = await self._store.load(key)
+        mark_key = identity.mark_key()
+        items = await self._store.load_many([key for _, key in arms] + [mark_key])
+        found: tuple[str, EntryMeta, Item] | None = None
+        for (arm, key), item in zip(arms, items, strict=False):
             if item is None:
                 continue
             entry = EntryMeta.from_json(item.meta)
@@ -345,17 +382,24 @@ class ToolCache:
                 await self._store.remove(key)
                 continue
             if may_serve(entry, arm, self.share_public):
-                return key, entry, item
-        return None
-
-    async def _freshness_ended_at(self, identity: CallIdentity) -> float | None:
-        mark_key = identity.mark_key()
+                found = (key, entry, item)
+                break
         ended = self._ended.get(mark_key)
-        item = await self._store.load(mark_key)
-        value = item.meta.get("endedAt") if item is not None else None
+        mark = items[-1]
+        value = mark.meta.get("endedAt") if mark is not None else None
         if isinstance(value, int | float) and not isinstance(value, bool):
             ended = float(value) if ended is None else max(ended, float(value))
-        return ended
+        entry = found[1] if found is not None else None
+        return _Looked(found, decide_lookup("use", entry, self.clock(), ended))
+
+    def _serve_fresh(self, looked: _Looked) -> tuple[CallToolResult, CallOutcome] | None:
+        if not isinstance(looked.decision, ServeFresh) or looked.found is None:
+            return None
+        body = looked.found[2].body
+        stored = decode_result(body)
+        if stored is None:
+            return None
+        return stored, CallOutcome("fresh_hit", False, looked.decision.reason, bytes_saved=len(body))
 
     async def end_freshness(self, server_id: str, era: str | None = None) -> None:
         """End the freshness of every entry of `server_id` in this partition (their tags stay usable)."""
@@ -375,17 +419,17 @@ class ToolCache:
         private_key: str,
         mode: CacheMode,
         user_meta: dict[str, Any] | None,
+        looked: _Looked | None,
     ) -> tuple[CallToolResult, CallOutcome]:
         name, args = identity.tool, dict(identity.arguments)
-        found = await self._lookup(identity, private_key) if mode != "bypass" else None
+        if looked is None and mode != "bypass":
+            looked = await self._look(identity, private_key)
+        found = looked.found if looked is not None else None
         entry = found[1] if found else None
-        ended_at = await self._freshness_ended_at(identity) if entry is not None else None
-        lookup = decide_lookup(mode, entry, self.clock(), ended_at)
+        lookup = looked.decision if looked is not None and mode == "use" else decide_lookup(mode, entry, 0.0, None)
 
         if isinstance(lookup, ServeFresh) and found is not None:
-            stored = decode_result(found[2].body)
-            if stored is not None:
-                return stored, CallOutcome("fresh_hit", False, lookup.reason, bytes_saved=len(found[2].body))
+            # Only a stored answer that cannot be read gets here (execute serves readable fresh ones).
             await self._store.remove(found[0])
             found, entry = None, None
             lookup = Fetch(store=True, reason="miss: the stored answer could not be read")
@@ -460,8 +504,9 @@ class ToolCache:
         )
 
     def _expires_at(self, meta: EntryMeta) -> float:
+        """When the store may drop the entry, on the store's clock (which judges it), not the cache's."""
         keep = self.keep_stale_s if meta.etag is not None else 0.0
-        return meta.fresh_until() + keep
+        return self.store.now() + max(meta.fresh_until() - self.clock(), 0.0) + keep
 
     async def _apply(
         self,
@@ -518,13 +563,16 @@ class ToolCache:
         if stored is None:
             return None
         result = _merged(stored, decision.block, self.meta_key)
-        try:
-            await conn.validate(name, result)
-        except RuntimeError:
-            # What the SDK raises for an answer that does not fit the tool's output schema. Anything else
-            # (the connection failing while the schema is fetched) is the call's failure, not the entry's.
-            logger.warning("tool %r: the stored answer fails the client's checks; fetching it again", name)
-            return None
+        checked = (key, decision.meta.etag or "", len(item.body))
+        if checked not in self._validated:
+            try:
+                await conn.validate(name, result)
+            except RuntimeError:
+                # What the SDK raises for an answer that does not fit the tool's output schema. Anything else
+                # (the connection failing while the schema is fetched) is the call's failure, not the entry's.
+                logger.warning("tool %r: the stored answer fails the client's checks; fetching it again", name)
+                return None
+            self._validated[checked] = None
         meta = decision.meta
         await self._store.update_meta(key, meta.to_json(), self._expires_at(meta))
         saved = max(len(item.body) - len(encode_result(reply)), 0)

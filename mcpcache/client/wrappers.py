@@ -162,6 +162,8 @@ class _SessionHook:
         if isinstance(message, mt.ToolListChangedNotification):
             for view in list(self._views):
                 view._read_only = None  # the annotations may have changed with the list
+            for cache, _ in list(self._targets.values()):
+                cache.forget_validations()  # and the output schemas stored answers were checked against
         if isinstance(message, _FRESHNESS_ENDING):
             for cache, server_id in list(self._targets.values()):
                 try:
@@ -179,6 +181,7 @@ class _CachedView:
         self._wrapped = wrapped
         self._server_id = server_id
         self._read_only: dict[str, bool | None] | None = None
+        self._hooked: ClientSession | None = None
         self.last_outcome: CallOutcome | None = None
         """The outcome of this view's most recent call (under concurrency, use `call()` instead)."""
 
@@ -207,8 +210,12 @@ class _CachedView:
         return getattr(self._wrapped, name)
 
     def _hook_notifications(self) -> None:
-        """Route the server's change notifications to this view's cache (see `_SessionHook`)."""
-        _SessionHook.of(self.session).register(self)
+        """Route the server's change notifications to this view's cache (see `_SessionHook`), once per
+        session (a client that reconnects gets a new session, which is hooked on its first call)."""
+        session = self.session
+        if self._hooked is not session:
+            _SessionHook.of(session).register(self)
+            self._hooked = session
 
     def _hook_if_connected(self) -> None:
         """Hook notifications now if the client is connected (otherwise the first call does it), so a

@@ -36,7 +36,7 @@ import json
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,6 +165,10 @@ class Store(SDKResponseCacheMixin, ABC):
 
     @abstractmethod
     async def load(self, key: str) -> Item | None: ...
+
+    async def load_many(self, keys: Sequence[str]) -> list[Item | None]:
+        """`load` of each key, in order. Stores override it where one round trip can serve them all."""
+        return [await self.load(key) for key in keys]
 
     @abstractmethod
     async def save(self, key: str, item: Item) -> None: ...

@@ -17,7 +17,7 @@ import itertools
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +88,13 @@ class MemoryStore(Store):
 
     async def load(self, key: str) -> Item | None:
         self._purge_expired()
+        return self._load(key)
+
+    async def load_many(self, keys: Sequence[str]) -> list[Item | None]:
+        self._purge_expired()
+        return [self._load(key) for key in keys]
+
+    def _load(self, key: str) -> Item | None:
         if key not in self._items:
             return None
         record = self._items[key]  # indexing, unlike a peek, moves the key to the LRU's recent end

@@ -27,7 +27,7 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -132,6 +132,10 @@ class SQLiteStore(Store):
 
     async def load(self, key: str) -> Item | None:
         return await self._run(self._load, key)
+
+    async def load_many(self, keys: Sequence[str]) -> list[Item | None]:
+        # One thread hop for all of them: the hop, not the query, is most of a small load's cost.
+        return await self._run(self._load_many, list(keys))
 
     async def save(self, key: str, item: Item) -> None:
         meta = encode_meta(item.meta)
@@ -262,6 +266,9 @@ class SQLiteStore(Store):
         return result
 
     # -- operations, each run by one worker thread holding the lock -----------------------------------------
+
+    def _load_many(self, conn: sqlite3.Connection, keys: list[str]) -> list[Item | None]:
+        return [self._load(conn, key) for key in keys]
 
     def _load(self, conn: sqlite3.Connection, key: str) -> Item | None:
         row = conn.execute(

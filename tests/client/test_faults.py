@@ -8,7 +8,7 @@ what the store could not do.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,10 @@ class BrokenStore(MemoryStore):
     async def load(self, key: str) -> Item | None:
         self._maybe_fail("load")
         return await super().load(key)
+
+    async def load_many(self, keys: Sequence[str]) -> list[Item | None]:
+        self._maybe_fail("load")
+        return await super().load_many(keys)
 
     async def save(self, key: str, item: Item) -> None:
         self._maybe_fail("save")

@@ -88,6 +88,15 @@ class TestRoundTrip:
         async with backend.open() as store:
             assert await store.load("never saved") is None
 
+    async def test_load_many_answers_each_key_in_order(self, backend: Backend) -> None:
+        async with backend.open() as store:
+            await store.save("a", item(b"A"))
+            await store.save("c", item(b"C", note="c"))
+            loaded = await store.load_many(["c", "missing", "a", "c"])
+            assert [i.body if i is not None else None for i in loaded] == [b"C", None, b"A", b"C"]
+            assert loaded[0] == await store.load("c")
+            assert await store.load_many([]) == []
+
     async def test_save_replaces_the_whole_item(self, backend: Backend) -> None:
         async with backend.open() as store:
             await store.save("k", Item(meta={"v": 1}, body=b"first", group="a", created_at=1.0))

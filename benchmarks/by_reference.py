@@ -23,16 +23,9 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.metadata
 import json
-import math
-import os
-import platform
 import shutil
-import socket
-import sqlite3
 import statistics
-import subprocess
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -46,6 +39,9 @@ import orjson
 from mcp.client._memory import InMemoryTransport
 from mcp.server.mcpserver import MCPServer
 
+from mcpcache.bench import byref
+from mcpcache.bench.byref import ROWS, query_answer, time_series
+from mcpcache.bench.common import RedisServer, machine, percentile
 from mcpcache.client import ToolCache
 from mcpcache.refs import References
 from mcpcache.refs.uri import mint
@@ -54,7 +50,6 @@ from mcpcache.server.policies import CachePolicy, ToolPolicies
 from mcpcache.stores import MemoryStore, RedisStore, SQLiteStore, Store, StoreLimits
 from mcpcache.tokens import count_tokens
 
-ROWS = 240
 TITLE = "KSLC, 10 days"
 CONVERSATION = "conv-42"
 VIEW_BUDGET = 4096
@@ -63,25 +58,10 @@ URI_SAMPLES = 1000
 BIG_BYTES = 10_000_000
 RUNS = 30
 WARMUP = 3
+LIBRARIES = ("mcpcache", "mcp", "fastmcp", "orjson", "redis", "bpe-openai")
 
 
 # --- the data and the two servers ---------------------------------------------------------------------
-
-
-def time_series(station: str = "KSLC", hours: int = ROWS) -> list[dict[str, Any]]:
-    """The tests' series (tests/refs/servers.py): hourly readings, about 75 bytes of JSON a row."""
-    rows = []
-    for hour in range(hours):
-        day, hh = divmod(hour, 24)
-        rows.append(
-            {
-                "t": f"2026-03-{day % 28 + 1:02d}T{hh:02d}:00:00Z",
-                "temp_c": round(8 + 7 * math.sin(hour / 24 * 2 * math.pi) + (hour % 7) * 0.13, 2),
-                "rh_pct": round(55 + 20 * math.cos(hour / 24 * 2 * math.pi), 1),
-                "station": station,
-            }
-        )
-    return rows
 
 
 def query_server() -> fastmcp.FastMCP:
@@ -89,7 +69,7 @@ def query_server() -> fastmcp.FastMCP:
 
     @server.tool
     def query(station: str, hours: int = ROWS) -> dict[str, Any]:
-        return {"station": station, "unit": {"temp_c": "°C", "rh_pct": "%"}, "rows": time_series(station, hours)}
+        return query_answer(station, hours)
 
     install(server, ToolPolicies({"query": CachePolicy(ttl_ms=60_000)}))
     return server
@@ -108,11 +88,12 @@ def chart_server() -> MCPServer:
 # --- 1 and 2: what the model writes and reads -------------------------------------------------------------
 
 
-def cost(text: str) -> dict[str, int]:
-    counted = count_tokens(text)
-    if counted.method != "o200k":
+def cost(text: str) -> dict[str, Any]:
+    """`mcpcache.bench.byref.cost`, refusing estimates: the docs quote these figures as o200k counts."""
+    counted = byref.cost(text)
+    if counted["token_method"] != "o200k":
         raise SystemExit("the o200k tokenizer (bpe-openai) is not available; the token counts would be guesses")
-    return {"bytes": len(text.encode()), "tokens": counted.count}
+    return counted
 
 
 def model_json(arguments: dict[str, Any]) -> str:
@@ -204,57 +185,6 @@ def big_payload() -> dict[str, Any]:
     return {"station": "many", "rows": rows}
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-class RedisProcess:
-    """A redis-server without persistence on a free loopback port, stopped by its PID."""
-
-    def __init__(self, binary: str) -> None:
-        self.port = free_port()
-        self.process = subprocess.Popen(
-            [binary, "--save", "", "--appendonly", "no", "--port", str(self.port), "--bind", "127.0.0.1"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
-                    sock.sendall(b"*1\r\n$4\r\nPING\r\n")
-                    if sock.recv(16).startswith(b"+PONG"):
-                        return
-            except OSError:
-                pass
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise SystemExit("redis-server did not start")
-            time.sleep(0.02)
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            os.kill(self.process.pid, 15)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.process.pid, 9)
-                self.process.wait(timeout=10)
-
-
-def percentile(samples: list[float], q: float) -> float:
-    """Nearest rank: the smallest sample at or above the q-th fraction of them."""
-    ordered = sorted(samples)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
-
-
 async def timed(fn: Callable[[], Awaitable[object]], runs: int) -> dict[str, float]:
     for _ in range(WARMUP):
         await fn()
@@ -326,7 +256,8 @@ async def host_side(runs: int, redis_binary: str | None) -> dict[str, Any]:
     if redis_binary is None:
         out["redis"] = None
         return out
-    server = RedisProcess(redis_binary)
+    server = RedisServer(redis_binary)
+    server.start()
     try:
         redis_store = RedisStore(server.url, namespace="bench")
         try:
@@ -339,34 +270,6 @@ async def host_side(runs: int, redis_binary: str | None) -> dict[str, Any]:
 
 
 # --- the report -------------------------------------------------------------------------------------------
-
-
-def machine(redis_binary: str | None) -> dict[str, str]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        first = Path("/proc/cpuinfo").read_text().split("\n\n", 1)[0]
-        info = dict(line.split(":", 1) for line in first.splitlines() if ":" in line)
-        info = {k.strip(): v.strip() for k, v in info.items()}
-        if "model name" in info:
-            cpu = f"{info['model name']} (family {info.get('cpu family', '?')}, model {info.get('model', '?')})"
-    except OSError:
-        pass
-    versions = ", ".join(
-        f"{name} {importlib.metadata.version(name)}"
-        for name in ("mcpcache", "mcp", "fastmcp", "orjson", "redis", "bpe-openai")
-    )
-    redis_version = "not found"
-    if redis_binary is not None:
-        redis_version = subprocess.run([redis_binary, "--version"], capture_output=True, text=True).stdout.strip()
-    return {
-        "cpu": cpu,
-        "cores": str(os.cpu_count()),
-        "python": f"{platform.python_implementation()} {platform.python_version()}",
-        "os": platform.platform(),
-        "sqlite": sqlite3.sqlite_version,
-        "redis_server": redis_version,
-        "libraries": versions,
-    }
 
 
 def fewer(part: int, whole: int) -> str:
@@ -448,7 +351,8 @@ def render(info: dict[str, str], model: dict[str, Any], host: dict[str, Any]) ->
 
 async def run(quick: bool, redis_binary: str | None) -> dict[str, Any]:
     runs = 5 if quick else RUNS
-    info = machine(redis_binary)
+    info = machine(libraries=LIBRARIES)
+    info["redis_server"] = RedisServer(redis_binary).version() if redis_binary is not None else "not found"
     model = await model_side()
     host = await host_side(runs, redis_binary)
     print(render(info, model, host))

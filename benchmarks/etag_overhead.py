@@ -20,12 +20,8 @@ from __future__ import annotations
 
 import argparse
 import gc
-import hashlib
-import importlib.metadata
 import json
 import os
-import platform
-import ssl
 import statistics
 import sys
 import tempfile
@@ -44,6 +40,8 @@ from mcp import StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from mcpcache import etag
+from mcpcache.bench.common import machine
+from mcpcache.bench.peers import datalayer_tag
 from mcpcache.bench.wire import CountingTransport, WireLog
 from mcpcache.demo.notebooks import generate_notebook_of_size
 from mcpcache.demo.server import NotebookFolder, build_demo_server
@@ -55,37 +53,6 @@ RUNS = {10_000: 500, MB: 100, 5 * MB: 30, 10 * MB: 20, 20 * MB: 10}
 WARMUP = 3
 WIRE_NOTEBOOK_BYTES = 5 * MB
 WIRE_REPEATS = 5
-
-
-# --- the machine ------------------------------------------------------------------------------------
-
-
-def machine() -> dict[str, str]:
-    cpu = platform.processor() or platform.machine()
-    cpuinfo: dict[str, str] = {}
-    try:
-        # The first processor's block is enough: the cores of one machine are alike.
-        for line in Path("/proc/cpuinfo").read_text().split("\n\n", 1)[0].splitlines():
-            key, _, value = line.partition(":")
-            cpuinfo[key.strip()] = value.strip()
-    except OSError:
-        pass
-    if "model name" in cpuinfo:
-        cpu = f"{cpuinfo['model name']} (family {cpuinfo.get('cpu family', '?')}, model {cpuinfo.get('model', '?')})"
-    flags = cpuinfo.get("flags", "").split()
-    versions = ", ".join(
-        f"{name} {importlib.metadata.version(name)}"
-        for name in ("mcpcache", "mcp", "fastmcp", "pydantic", "pydantic-core", "orjson", "xxhash")
-    )
-    return {
-        "cpu": cpu,
-        "cores": str(os.cpu_count()),
-        "sha_extensions": "yes" if "sha_ni" in flags else "no" if flags else "unknown",
-        "python": f"{platform.python_implementation()} {platform.python_version()}",
-        "os": platform.platform(),
-        "openssl": ssl.OPENSSL_VERSION,
-        "libraries": versions,
-    }
 
 
 # --- stamping -----------------------------------------------------------------------------------------
@@ -112,12 +79,6 @@ def measure(fn: Callable[[], object], runs: int) -> Timing:
     finally:
         gc.enable()
     return Timing(min(samples) * 1e3, statistics.median(samples) * 1e3, runs)
-
-
-def datalayer_tag(document: Any) -> str:
-    """The SHA-256 form: sha256 of sorted, compact `json.dumps`, first 32 hex digits."""
-    text = json.dumps(document, sort_keys=True, separators=(",", ":"))
-    return f'W/"{hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]}"'
 
 
 @dataclass
@@ -251,7 +212,10 @@ async def wire_row(
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "mcpcache", "demo-server", "--dir", str(directory), *flags]
     )
-    log = WireLog()
+    # Deferred: a message is measured when the log is next read, outside the timed calls, so a call's time
+    # does not include serialising its reply (about 10 MB: the notebook as text and as structuredContent) a
+    # second time just to count it. Only the latency columns move; the byte columns are the same.
+    log = WireLog(deferred=True)
     full_ms: list[float] = []
     conditional_ms: list[float] = []
     transport = CountingTransport(stdio_client(params, errlog=errlog), log)

@@ -4,22 +4,14 @@ and the comparison of two runs."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from mcpcache.bench.common import percentile
 from mcpcache.bench.configs import BY_KEY
-
-
-def _percentile(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
 
 
 def human_bytes(n: float) -> str:
@@ -46,7 +38,7 @@ def summarize(config: str, size_label: str, run: dict[str, Any]) -> dict[str, An
         "edits": len(ops) - len(reads),
         "statuses": statuses,
         "median_ms": statistics.median(seconds) * 1000,
-        "p95_ms": _percentile(seconds, 0.95) * 1000,
+        "p95_ms": percentile(seconds, 0.95) * 1000,
         "sent_per_read": sum(op["sent"] for op in reads) / len(reads),
         "received_per_read": sum(op["received"] for op in reads) / len(reads),
         "full_reply_bytes": max((op["received"] for op in reads), default=0),

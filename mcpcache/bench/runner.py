@@ -2,21 +2,19 @@
 
 The runner generates the notebooks (deterministic, seeded), gives each configuration its own copies (the
 scenario edits them), runs one worker process per configuration (`mcpcache.bench.worker`), and writes
-`bench.json` (every raw figure, the machine, the versions and the arguments) and `bench.png`.
+`bench.json` (every raw figure, the machine and its software as `mcpcache.bench.common.machine` describes them,
+and the arguments) and `bench.png`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import platform
 import shutil
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from mcpcache.bench import report
+from mcpcache.bench.common import machine
 from mcpcache.bench.configs import Config, select
 from mcpcache.bench.worker import WARM_UP_NOTEBOOK, RunSpec
 
@@ -57,30 +56,6 @@ def parse_size(label: str) -> int:
                 break
             return int(number * factor)
     raise ValueError(f"cannot read {label!r} as a size (e.g. 100KB, 1MB, 5MB)")
-
-
-def machine() -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    versions = {}
-    for package in ("mcpcache", "mcp", "fastmcp", "pydantic", "orjson", "xxhash"):
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[package] = "?"
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "versions": versions,
-    }
 
 
 def _notebooks(out: Path, sizes: tuple[str, ...], console: Console) -> dict[str, Path]:

@@ -31,6 +31,7 @@ from mcp.client import CacheConfig
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from mcpcache.bench.common import free_port
 from mcpcache.bench.configs import BY_KEY, Config
 from mcpcache.bench.wire import CountingTransport, WireLog
 
@@ -52,13 +53,6 @@ class RunSpec:
     edit_every: int
     transport: str
     output: str
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _children() -> list[int]:
@@ -90,7 +84,7 @@ async def _connect(spec: RunSpec, config: Config, log: WireLog, errlog: Any) -> 
             children = _children()
             yield client, children[0] if children else -1
         return
-    port = _free_port()
+    port = free_port()
     # Popen returns at once; only the teardown waits, when nothing else runs in this worker.
     process = subprocess.Popen([*command, "--http", str(port)], stdout=subprocess.DEVNULL, stderr=errlog)  # noqa: ASYNC220
     try:

@@ -135,8 +135,9 @@ def marker(value: Any, uri: CacheUri, name: str, size: int | None = None) -> str
     body = json_bytes(value)
     tokens = count_tokens(body.decode())
     approx = "" if tokens.method == "o200k" else "~"
+    quoted = json.dumps(name, ensure_ascii=False)  # unambiguous whatever characters the member's name has
     return (
-        f"<elided {_describe(value)} ({name!r}): {len(body) if size is None else size:,} bytes, "
+        f"<elided {_describe(value)} ({quoted}): {len(body) if size is None else size:,} bytes, "
         f"{approx}{tokens.count:,} tokens. It is stored, not lost: to pass it to a tool argument X, give "
         f'"{uri}" as X_uri instead of X>'
     )

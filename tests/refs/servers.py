@@ -1,7 +1,8 @@
 """The two MCP servers of the issue's scenario, and the data they pass between them.
 
 - The query server (FastMCP, with mcpcache's middleware so the client cache has something to keep)
-  answers `query(station, hours)` with a structured time series of `hours` rows, 240 by default.
+  answers `query(station, hours)` with a structured time series of `hours` rows, 240 by default (the
+  series is `mcpcache.bench.byref.time_series`, the one the benchmarks pass around).
   Its other tools return the other shapes a result takes: JSON in a text block, plain text, an image,
   and an error.
 - The chart server (the MCP SDK's MCPServer) has `plot(data: list[dict], title: str)`. It answers with
@@ -17,7 +18,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,28 +28,12 @@ from fastmcp.exceptions import ToolError
 from fastmcp.tools.base import ToolResult
 from mcp.server.mcpserver import MCPServer
 
+from mcpcache.bench.byref import ROWS, query_answer, time_series
 from mcpcache.server.fastmcp import install
 from mcpcache.server.policies import CachePolicy, ToolPolicies
 
 SERVE_SCRIPT = Path(__file__).resolve()
-ROWS = 240
 PNG = base64.b64encode(bytes(range(256)) * 40).decode()
-
-
-def time_series(station: str = "KSLC", hours: int = ROWS) -> list[dict[str, Any]]:
-    """Hourly readings: deterministic, about 75 bytes of JSON a row (240 rows is about 18 KB)."""
-    rows = []
-    for hour in range(hours):
-        day, hh = divmod(hour, 24)
-        rows.append(
-            {
-                "t": f"2026-03-{day + 1:02d}T{hh:02d}:00:00Z",
-                "temp_c": round(8 + 7 * math.sin(hour / 24 * 2 * math.pi) + (hour % 7) * 0.13, 2),
-                "rh_pct": round(55 + 20 * math.cos(hour / 24 * 2 * math.pi), 1),
-                "station": station,
-            }
-        )
-    return rows
 
 
 def digest(rows: Any) -> str:
@@ -64,7 +48,7 @@ def build_query_server() -> FastMCP:
     @server.tool(annotations={"readOnlyHint": True})
     def query(station: str, hours: int = ROWS) -> dict[str, Any]:
         """Hourly temperature and humidity at a station."""
-        return {"station": station, "unit": {"temp_c": "°C", "rh_pct": "%"}, "rows": time_series(station, hours)}
+        return query_answer(station, hours)
 
     @server.tool(output_schema=None)
     def query_json_text(station: str) -> str:

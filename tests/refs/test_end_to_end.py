@@ -38,7 +38,9 @@ from .servers import SERVE_SCRIPT, build_chart_server, build_query_server, diges
 
 pytestmark = pytest.mark.anyio
 
-REFERENCE_IN_MARKER = re.compile(r"""\('(?P<name>[^']*)'\): .*? give "(?P<uri>mcp\+cache://[^"]+)" as X_uri""")
+REFERENCE_IN_MARKER = re.compile(
+    r"""\((?P<name>"(?:[^"\\]|\\.)*")\): .*? give "(?P<uri>mcp\+cache://[^"]+)" as X_uri"""
+)
 
 
 class ScriptedModel:
@@ -61,10 +63,11 @@ class ScriptedModel:
 
     def plot_from(self, tool_message: str) -> tuple[str, dict[str, Any]]:
         assert "data_uri" in self.tools["plot"]["properties"]
-        for found in REFERENCE_IN_MARKER.finditer(tool_message):
-            if found["name"] == "rows":
-                return self.call("plot", {"data_uri": found["uri"], "title": "KSLC, 10 days"})
         message = json.loads(tool_message)
+        for value in message.values():  # a model reads the message, markers included, as text
+            for found in REFERENCE_IN_MARKER.finditer(value if isinstance(value, str) else ""):
+                if json.loads(found["name"]) == "rows":
+                    return self.call("plot", {"data_uri": found["uri"], "title": "KSLC, 10 days"})
         return self.call("plot", {"data_uri": message["_cache_uri"] + "#/rows", "title": "KSLC, 10 days"})
 
 

@@ -29,8 +29,10 @@ from mcpcache.tokens import count_tokens
 
 from .servers import time_series
 
+NAME = r'"(?:[^"\\]|\\.)*"'  # a JSON string literal
 MARKER = re.compile(
-    r"<elided (?P<kind>object with \d+ members|list of \d+ items|text of [\d,]+ characters) \('(?P<name>[^']*)'\): "
+    r"<elided (?P<kind>object with \d+ members|list of \d+ items|text of [\d,]+ characters) "
+    rf"\((?P<name>{NAME})\): "
     r"(?P<bytes>[\d,]+) bytes, (?P<approx>~?)(?P<tokens>[\d,]+) tokens\. It is stored, not lost: to pass it to a tool "
     r'argument X, give "(?P<uri>mcp\+cache://[^"]+)" as X_uri instead of X>'
 )
@@ -155,7 +157,7 @@ def test_a_marker_names_kind_size_tokens_and_the_reference() -> None:
     found = MARKER.fullmatch(text)
     assert found, text
     assert found["kind"] == "list of 240 items"
-    assert found["name"] == "rows"
+    assert json.loads(found["name"]) == "rows"
     assert int(found["bytes"].replace(",", "")) == len(json_bytes(rows))
     assert int(found["tokens"].replace(",", "")) == count_tokens(json_bytes(rows).decode()).count
     assert found["approx"] == ""

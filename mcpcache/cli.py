@@ -102,6 +102,10 @@ def bench(
         tuple[Path, Path] | None,
         typer.Option("--compare", help="Print how two bench.json files differ, then stop.", metavar="OLD NEW"),
     ] = None,
+    report_only: Annotated[
+        Path | None,
+        typer.Option("--report", help="Print the tables of a bench.json and redraw its PNG beside it, then stop."),
+    ] = None,
 ) -> None:
     """Bandwidth, time and token savings on large notebooks, side by side with what users have today."""
     import json
@@ -116,6 +120,14 @@ def bench(
     if compare is not None:
         old, new = (json.loads(path.read_text()) for path in compare)
         report.compare(old, new, console)
+        return
+    if report_only is not None:
+        document = report.resummarize(json.loads(report_only.read_text()))
+        report_only.write_text(json.dumps(document, indent=1))
+        report.plot(document["summaries"], report_only.with_suffix(".png"))
+        report.render_table(document["summaries"], console)
+        report.render_limits(document["summaries"], document["answers"], console)
+        report.render_extras(document, console)
         return
     if transport not in ("stdio", "http"):
         raise typer.BadParameter("must be stdio or http", param_hint="--transport")

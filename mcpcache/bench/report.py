@@ -41,6 +41,7 @@ def summarize(config: str, size_label: str, run: dict[str, Any]) -> dict[str, An
         "p95_ms": percentile(seconds, 0.95) * 1000,
         "sent_per_read": sum(op["sent"] for op in reads) / len(reads),
         "received_per_read": sum(op["received"] for op in reads) / len(reads),
+        "median_wire_per_read": statistics.median(op["sent"] + op["received"] for op in reads),
         "full_reply_bytes": max((op["received"] for op in reads), default=0),
         "not_modified_reply_bytes": min(revalidated) if revalidated else None,
         "server_cpu_ms": None if run["server_cpu_s"] is None else run["server_cpu_s"] * 1000,
@@ -66,6 +67,19 @@ def with_baseline_ratios(summaries: list[dict[str, Any]]) -> list[dict[str, Any]
     return out
 
 
+def resummarize(document: dict[str, Any]) -> dict[str, Any]:
+    """The document with its summaries computed again from its raw records (after a change to `summarize`)."""
+    sizes = document["args"]["sizes"]
+    order = [c["key"] for c in document["configs"]]
+    summaries = [
+        summarize(result["config"], label, run)
+        for result in document["raw"]
+        for label, run in zip(sizes, result["runs"], strict=True)
+    ]
+    summaries.sort(key=lambda s: (sizes.index(s["size"]), order.index(s["config"])))
+    return {**document, "summaries": with_baseline_ratios(summaries)}
+
+
 def _statuses(statuses: dict[str, int]) -> str:
     short = {"full": "full", "miss": "miss", "revalidated": "reval", "fresh_hit": "fresh", "bypass": "bypass"}
     return " ".join(f"{n} {short.get(k, k)}" for k, n in statuses.items())
@@ -73,15 +87,16 @@ def _statuses(statuses: dict[str, int]) -> str:
 
 def render_table(summaries: list[dict[str, Any]], console: Console) -> None:
     table = Table(title="mcpcache bench: reads of one notebook, with edits (ratios against the baseline)")
-    console = Console(width=max(console.width, 132), file=console.file)
+    console = Console(width=max(console.width, 160), file=console.file)
     for column, justify in (
         ("size", "right"),
         ("configuration", "left"),
         ("reads", "left"),
-        ("wire/read", "right"),
+        ("wire/read mean", "right"),
         ("vs base", "right"),
-        ("median", "right"),
-        ("p95", "right"),
+        ("wire/read median", "right"),
+        ("time median", "right"),
+        ("time p95", "right"),
         ("speed-up", "right"),
         ("server CPU", "right"),
         ("client peak", "right"),
@@ -100,6 +115,7 @@ def render_table(summaries: list[dict[str, Any]], console: Console) -> None:
             _statuses(s["statuses"]),
             human_bytes(s["sent_per_read"] + s["received_per_read"]),
             "-" if ratio is None else f"{ratio:.2%}",
+            human_bytes(s.get("median_wire_per_read", 0)),
             f"{s['median_ms']:.1f} ms",
             f"{s['p95_ms']:.1f} ms",
             "-" if speed is None else f"{speed:.1f}x",
@@ -188,11 +204,12 @@ def plot(summaries: list[dict[str, Any]], path: Path) -> None:
         rows = sorted((s for s in summaries if s["config"] == config), key=lambda s: s["notebook_bytes"])
         x = [s["notebook_bytes"] for s in rows]
         label = BY_KEY[config].label if config in BY_KEY else config
-        wire = [s["sent_per_read"] + s["received_per_read"] for s in rows]
+        # A fresh hit sends nothing; a log axis has no zero, so nothing is drawn at 1 B (and said so below).
+        wire = [max(s.get("median_wire_per_read", s["sent_per_read"] + s["received_per_read"]), 1) for s in rows]
         wire_ax.plot(x, wire, marker=marker, linestyle=line, label=label, alpha=0.85)
         time_ax.plot(x, [s["median_ms"] for s in rows], marker=marker, linestyle=line, label=label, alpha=0.85)
     for ax, ylabel, title in (
-        (wire_ax, "bytes on the wire per read, both directions (mean)", "Bytes per read"),
+        (wire_ax, "median bytes on the wire per read, both directions", "Bytes per read"),
         (time_ax, "median wall time per read (ms)", "Time per read"),
     ):
         ax.set_xscale("log")
@@ -201,6 +218,14 @@ def plot(summaries: list[dict[str, Any]], path: Path) -> None:
         ax.set_ylabel(ylabel)
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
+    wire_ax.text(
+        0.02,
+        0.02,
+        "a read served fresh sends nothing: drawn at 1 B",
+        transform=wire_ax.transAxes,
+        fontsize=8,
+        alpha=0.7,
+    )
     handles, labels = wire_ax.get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
     fig.suptitle("mcpcache bench: reading one notebook again and again (an edit every few reads)")

@@ -143,26 +143,20 @@ def run_bench(args: BenchArgs, console: Console) -> dict[str, Any]:
         byref = anyio.run(_byref, 5 if args.quick else 15)
         answers = _answer_costs(notebooks, args.sizes)
         extras_seconds = time.monotonic() - extras_started
-    summaries = []
-    for result in results:
-        for label, run in zip(args.sizes, result["runs"], strict=True):
-            summaries.append(report.summarize(result["config"], label, run))
-    summaries.sort(key=lambda s: (parse_size(s["size"]), [c.key for c in configs].index(s["config"])))
-    summaries = report.with_baseline_ratios(summaries)
-    document = {
+    document: dict[str, Any] = {
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "machine": machine(),
         "args": {**asdict(args), "out": str(args.out)},
         "configs": [asdict(c) for c in configs],
         "seconds": time.monotonic() - started,
         "extras_seconds": extras_seconds,
-        "summaries": summaries,
         "answers": answers,
         "by_reference": byref,
         "raw": results,
     }
+    document = report.resummarize(document)
     (args.out / "bench.json").write_text(json.dumps(document, indent=1))
-    report.plot(summaries, args.out / "bench.png")
+    report.plot(document["summaries"], args.out / "bench.png")
     return document
 
 

@@ -26,3 +26,14 @@ def redis_server() -> Iterator[RedisServer]:
 @pytest.fixture(scope="session")
 def redis_url(redis_server: RedisServer) -> str:
     return redis_server.url
+
+
+@pytest.fixture
+def own_redis_server() -> Iterator[RedisServer]:
+    """A redis-server of the test's own, so killing it cannot disturb the session's shared one."""
+    server = RedisServer(redis_server_binary())
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

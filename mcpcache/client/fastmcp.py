@@ -17,7 +17,7 @@ from fastmcp.client.transports import FastMCPTransport, StdioTransport, Streamab
 from mcp import ClientSession
 
 from mcpcache.client.cache import ToolCache
-from mcpcache.client.wrappers import CachedCall, _CachedView, _server_info_id, _strip_userinfo
+from mcpcache.client.wrappers import CachedCall, _CachedView, _server_info_id, _strip_userinfo, request_options
 from mcpcache.policy import CacheMode
 
 
@@ -59,13 +59,9 @@ class CachedFastMCPClient(_CachedView):
         async def send_plain(n: str, args: dict[str, Any], m: dict[str, Any] | None) -> mt.CallToolResult:
             return await self._client.call_tool_mcp(n, args, progress_handler=progress_handler, timeout=timeout, meta=m)
 
-        options: dict[str, Any] = {}
-        if timeout is not None:
-            from fastmcp.utilities.timeout import normalize_timeout_to_seconds
+        from fastmcp.utilities.timeout import normalize_timeout_to_seconds
 
-            options["request_read_timeout_seconds"] = normalize_timeout_to_seconds(timeout)
-        if progress_handler is not None:
-            options["progress_callback"] = progress_handler
+        options = request_options(normalize_timeout_to_seconds(timeout), progress_handler)
         result, outcome = await self._execute(
             name,
             arguments,

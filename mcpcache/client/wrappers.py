@@ -69,6 +69,16 @@ class ModelCall:
         return self.outcome is not None
 
 
+def request_options(read_timeout_seconds: float | None, progress_callback: Any) -> dict[str, Any]:
+    """What a conditional request passes on to `session.send_request` of the caller's per-call options."""
+    options: dict[str, Any] = {}
+    if read_timeout_seconds is not None:
+        options["request_read_timeout_seconds"] = read_timeout_seconds
+    if progress_callback is not None:
+        options["progress_callback"] = progress_callback
+    return options
+
+
 def _strip_userinfo(url: str) -> str:
     # Credentials in a URL identify a principal, not a server; they never go into a stored key.
     from urllib.parse import urlsplit, urlunsplit
@@ -343,11 +353,7 @@ class CachedMCPClient(_CachedView):
         if input_responses is not None or request_state is not None:
             # A multi-round-trip continuation answers one exchange; it is never cached (SEP-2549).
             cache_mode = "bypass"
-        options: dict[str, Any] = {}
-        if read_timeout_seconds is not None:
-            options["request_read_timeout_seconds"] = read_timeout_seconds
-        if progress_callback is not None:
-            options["progress_callback"] = progress_callback
+        options = request_options(read_timeout_seconds, progress_callback)
         result, outcome = await self._execute(
             name, arguments, mode=cache_mode, meta=meta, send_plain=send_plain, request_options=options
         )
@@ -406,11 +412,7 @@ class CachedSession(_CachedView):
         async def send_plain(n: str, args: dict[str, Any], m: dict[str, Any] | None) -> mt.CallToolResult:
             return await self._session.call_tool(n, args, read_timeout_seconds, progress_callback, meta=m)  # type: ignore[arg-type]
 
-        options: dict[str, Any] = {}
-        if read_timeout_seconds is not None:
-            options["request_read_timeout_seconds"] = read_timeout_seconds
-        if progress_callback is not None:
-            options["progress_callback"] = progress_callback
+        options = request_options(read_timeout_seconds, progress_callback)
         result, outcome = await self._execute(
             name, arguments, mode=cache_mode, meta=meta, send_plain=send_plain, request_options=options
         )

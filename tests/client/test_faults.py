@@ -8,7 +8,7 @@ what the store could not do.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ import orjson
 import pytest
 from stores.backends import FakeClock, sqlite_backend
 from stores.test_faults import LockHolder
-from support.redis_server import RedisServer, redis_server_binary
+from support.redis_server import RedisServer
 from support.transports import MODERN, ServerTarget
 
 from mcpcache.client import ToolCache
@@ -132,28 +132,17 @@ async def test_a_store_that_raises(failing: set[str], statuses: list[str], clock
     assert (expected_failures > 0) is bool(failing)
 
 
-@pytest.fixture
-def own_redis() -> Iterator[RedisServer]:
-    """A private redis-server: killing it cannot disturb the session's shared one."""
-    server = RedisServer(redis_server_binary())
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 @pytest.mark.redis
-async def test_a_redis_server_killed_in_the_middle_of_a_run(own_redis: RedisServer) -> None:
+async def test_a_redis_server_killed_in_the_middle_of_a_run(own_redis_server: RedisServer) -> None:
     clock = live_clock()
     lab = Lab()
-    async with RedisStore(own_redis.url, namespace="killed") as store:
+    async with RedisStore(own_redis_server.url, namespace="killed") as store:
         cache = ToolCache(store, clock=clock)
         async with connect("mcp", ServerTarget.memory(build_lab("sdk", lab)), MODERN, cache) as conn:
             assert (await conn.call("read", K)).outcome.status == "miss"
             assert (await conn.call("read", K)).outcome.status == "fresh_hit"
 
-            own_redis.kill()
+            own_redis_server.kill()
             for _ in range(3):
                 call = await conn.call("read", K)
                 assert call.outcome.status == "miss"
@@ -161,7 +150,7 @@ async def test_a_redis_server_killed_in_the_middle_of_a_run(own_redis: RedisServ
             assert cache.stats.store_failures >= 3
             failures = cache.stats.store_failures
 
-            own_redis.start()  # the same port, empty: the store reconnects on its own
+            own_redis_server.start()  # the same port, empty: the store reconnects on its own
             assert (await conn.call("read", K)).outcome.status == "miss"
             assert (await conn.call("read", K)).outcome.status == "fresh_hit"
             assert cache.stats.store_failures == failures

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import redis.exceptions
-from support.redis_server import RedisServer, redis_server_binary
+from support.redis_server import RedisServer
 
 from mcpcache.stores import Item, RedisStore, SQLiteBusyError, SQLiteStore, StoreLimits, Usage
 
@@ -129,17 +129,6 @@ async def test_a_lock_held_by_a_killed_process_is_released(tmp_path: Path, lock_
         holder.kill()  # SQLite's locks die with the process, and its uncommitted writes with them
         await store.save("k2", Item({}, b"body", "g"))
         assert (await store.usage("g")).items == 2
-
-
-@pytest.fixture
-def own_redis_server() -> Iterator[RedisServer]:
-    """A redis-server of this test's own, so killing it cannot disturb the session's shared one."""
-    server = RedisServer(redis_server_binary())
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.mark.redis

@@ -33,6 +33,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
 
+from mcpcache.bench.common import free_port
 from mcpcache.bench.wire import CountingFastMCPTransport, CountingTransport, WireLog
 
 ServerKind = Literal["fastmcp", "sdk"]
@@ -153,14 +154,6 @@ async def stock_client(
 def _check_era(negotiated: str | None, era: Era) -> None:
     if negotiated != era:
         raise RuntimeError(f"asked for protocol {era}, the connection negotiated {negotiated}")
-
-
-def free_port() -> int:
-    """A port nothing listens on right now (the server binds it a moment later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _accepts(port: int) -> bool:

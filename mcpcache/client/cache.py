@@ -545,6 +545,9 @@ class ToolCache:
         elif found is not None and found[0] != own:
             await self._store.remove(found[0])
         await self._store.save(own, item)
+        # It passed the client's check on its way in (the SDK's on an ordinary call, ours on a conditional
+        # one), so its first serve here need not check it again.
+        self._validated[(own, meta.etag or "", len(body))] = None
         return reply, CallOutcome("miss", True, f"{lookup_reason}; {decision.reason}")
 
     async def _serve_stored(

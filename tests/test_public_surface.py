@@ -1,0 +1,45 @@
+"""What the README and the docs tell users to write, run as written."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastmcp import Client
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_the_documented_names_import() -> None:
+    from mcpcache import CachePolicy, References, ToolCache, ToolPolicies
+    from mcpcache.server.fastmcp import install
+    from mcpcache.server.sdk import RevalidationExtension
+    from mcpcache.stores import MemoryStore, RedisStore, SQLiteStore
+
+    assert all((CachePolicy, References, ToolCache, ToolPolicies, install, RevalidationExtension))
+    assert all((MemoryStore, RedisStore, SQLiteStore))
+
+
+@pytest.mark.anyio
+async def test_the_readme_server_example_stamps_and_answers_not_modified(tmp_path: Path) -> None:
+    block = re.search(r"```python\n(.*?)```", README.read_text(), re.S)
+    assert block is not None, "the README's first Python block is the server example"
+    namespace: dict[str, Any] = {}
+    exec(compile(block.group(1), str(README), "exec"), namespace)  # the example as a user would paste it
+    notebook = tmp_path / "a.ipynb"
+    notebook.write_text(json.dumps({"cells": [{"cell_type": "code", "source": "1 + 1"}]}))
+    async with Client(namespace["mcp"]) as client:
+        first = await client.call_tool_mcp("read_notebook", {"path": str(notebook)})
+        block_meta = (first.meta or {})["io.modelcontextprotocol/cache"]
+        again = await client.call_tool_mcp(
+            "read_notebook",
+            {"path": str(notebook)},
+            meta={"io.modelcontextprotocol/cache": {"etag": block_meta["etag"]}},
+        )
+    assert block_meta["ttlMs"] == 5000
+    assert again.meta is not None
+    assert again.meta["io.modelcontextprotocol/cache"]["notModified"] is True
+    assert again.structured_content == {"kind": "notebook.read"}

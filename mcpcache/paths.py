@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mcpcache.stores.base import Store
 
 
 def cache_dir() -> Path:
@@ -20,3 +24,10 @@ def cache_dir() -> Path:
 
 def default_path(filename: str) -> Path:
     return cache_dir() / filename
+
+
+def default_store(filename: str) -> Store:
+    """The embedded default: a SQLite file of that name in `cache_dir()`, so what is kept survives a restart."""
+    from mcpcache.stores.sqlite import SQLiteStore
+
+    return SQLiteStore(default_path(filename))

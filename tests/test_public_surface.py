@@ -43,3 +43,23 @@ async def test_the_readme_server_example_stamps_and_answers_not_modified(tmp_pat
     assert again.meta is not None
     assert again.meta["io.modelcontextprotocol/cache"]["notModified"] is True
     assert again.structured_content == {"kind": "notebook.read"}
+
+
+@pytest.mark.anyio
+async def test_the_embedded_default_is_a_sqlite_file_in_the_cache_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mcpcache import References, ToolCache
+    from mcpcache.stores import SQLiteStore
+
+    monkeypatch.setenv("MCPCACHE_DIR", str(tmp_path / "cache"))
+    cache, refs = ToolCache(), References(conversation_id="c")
+    assert isinstance(cache.store, SQLiteStore)
+    assert isinstance(refs.store, SQLiteStore)
+    stored = await refs.put({"rows": list(range(10))}, server="s", tool="t", arguments={})
+    await refs.store.close()
+    reopened = References(conversation_id="c")  # a new object on the same file, as after a restart
+    assert await reopened.load(str(stored.uri)) == {"rows": list(range(10))}
+    assert (tmp_path / "cache" / "tools.db").parent == (tmp_path / "cache" / "refs.db").parent
+    await reopened.store.close()
+    await cache.store.close()

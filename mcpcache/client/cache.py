@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from mcpcache.etag import CanonicalizationError
 from mcpcache.keys import Arm, CallIdentity
+from mcpcache.paths import default_store
 from mcpcache.policy import (
     CACHE_MODES,
     CacheMode,
@@ -267,12 +268,7 @@ class ToolCache:
             raise TypeError("partition must be a string")
         if keep_stale_s < 0:
             raise ValueError("keep_stale_s must be >= 0")
-        if store is None:
-            from mcpcache.paths import default_path
-            from mcpcache.stores.sqlite import SQLiteStore
-
-            store = SQLiteStore(default_path("tools.db"))
-        self.store = store
+        self.store = store if store is not None else default_store("tools.db")
         self.partition = partition
         self.share_public = share_public
         self.trusted = trusted
@@ -286,7 +282,7 @@ class ToolCache:
         tag, size): a revalidated answer is checked the first time it is served here, not every time."""
         self._ended: dict[str, float] = {}
         """When this process last ended freshness, by mark key (see `end_freshness`)."""
-        self._store = _FencedStore(store, self._count_store_failure)
+        self._store = _FencedStore(self.store, self._count_store_failure)
 
     def _count_store_failure(self) -> None:
         self.stats.store_failures += 1

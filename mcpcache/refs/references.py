@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from mcpcache.paths import default_store
 from mcpcache.refs.uri import CacheUri, PointerError, UriError, is_cache_uri, mint, parse, resolve_pointer
 from mcpcache.refs.view import ModelView, decode_json, encode_json, envelope_of, payload_of, shorten
 from mcpcache.stores.base import Item, Store
@@ -159,12 +160,7 @@ class References:
             )
         if max_conversation_bytes is not None and max_conversation_bytes <= 0:
             raise ValueError("max_conversation_bytes must be positive or None")
-        if store is None:
-            from mcpcache.paths import default_path
-            from mcpcache.stores.sqlite import SQLiteStore
-
-            store = SQLiteStore(default_path("refs.db"))
-        self.store = store
+        self.store = store if store is not None else default_store("refs.db")
         self.conversation_id = conversation_id
         self.threshold_bytes = threshold_bytes
         self.max_view_bytes = max_view_bytes

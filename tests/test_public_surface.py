@@ -60,6 +60,7 @@ async def test_the_embedded_default_is_a_sqlite_file_in_the_cache_dir(
     await refs.store.close()
     reopened = References(conversation_id="c")  # a new object on the same file, as after a restart
     assert await reopened.load(str(stored.uri)) == {"rows": list(range(10))}
-    assert (tmp_path / "cache" / "tools.db").parent == (tmp_path / "cache" / "refs.db").parent
+    assert cache.store.path == tmp_path / "cache" / "tools.db"
+    assert reopened.store.path == tmp_path / "cache" / "refs.db"
     await reopened.store.close()
     await cache.store.close()

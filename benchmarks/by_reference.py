@@ -256,16 +256,12 @@ async def host_side(runs: int, redis_binary: str | None) -> dict[str, Any]:
     if redis_binary is None:
         out["redis"] = None
         return out
-    server = RedisServer(redis_binary)
-    server.start()
-    try:
+    with RedisServer(redis_binary) as server:
         redis_store = RedisStore(server.url, namespace="bench")
         try:
             out["redis"] = await resolve_costs(redis_store, payload, runs)
         finally:
             await redis_store.close()
-    finally:
-        server.stop()
     return out
 
 

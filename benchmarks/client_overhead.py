@@ -40,8 +40,6 @@ import json
 import os
 import pstats
 import random
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -65,7 +63,7 @@ from mcp_types import CallToolResult, ToolAnnotations
 from typing_extensions import TypedDict
 
 import mcpcache
-from mcpcache.bench.common import free_port, machine, percentile
+from mcpcache.bench.common import free_port, machine, percentile, stop_process, wait_until_listening
 from mcpcache.bench.wire import CountingTransport, WireLog, WireRecord
 from mcpcache.client import ToolCache
 from mcpcache.client.cache import decode_result, encode_result
@@ -526,12 +524,6 @@ def _traffic(records: list[WireRecord], http: bool) -> Traffic:
     return Traffic(sent, received, len(records))
 
 
-def _accepts(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.2)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
 @contextlib.contextmanager
 def http_demo_server(directory: Path, flags: list[str], errlog: TextIO) -> Iterator[str]:
     """`mcpcache demo-server --http PORT` in a subprocess; stopped by its PID on the way out."""
@@ -539,22 +531,10 @@ def http_demo_server(directory: Path, flags: list[str], errlog: TextIO) -> Itera
     command = [sys.executable, "-m", "mcpcache", "demo-server", "--dir", str(directory), "--http", str(port), *flags]
     process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=errlog, stderr=errlog)
     try:
-        deadline = time.monotonic() + 60
-        while not _accepts(port):
-            if process.poll() is not None:
-                raise RuntimeError(f"demo server exited with {process.returncode} before listening")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"demo server did not listen on port {port}")
-            time.sleep(0.05)
+        wait_until_listening(process, port, 60, "the demo server")
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
-        if process.poll() is None:
-            os.kill(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
+        stop_process(process)
 
 
 @contextlib.asynccontextmanager
@@ -860,11 +840,11 @@ def render_reads(notebook_bytes: int, rows: list[ReadRow]) -> list[str]:
             continue
         steady = row.revalidated.median_us
         rest = steady - p.conditional_us - p.decode_us
-        first = row.first_serve.median_us
+        first_serve = row.first_serve.median_us
         out.append(
             f"| {row.transport} | {row.server} | {steady / 1000:.1f} "
             f"| {p.conditional_us / 1000:.1f} | {p.decode_us / 1000:.1f} | {rest / 1000:.1f} "
-            f"| {first / 1000:.1f} | {p.validate_us / 1000:.1f} | {(first - steady) / 1000:.1f} |"
+            f"| {first_serve / 1000:.1f} | {p.validate_us / 1000:.1f} | {(first_serve - steady) / 1000:.1f} |"
         )
     return out
 

@@ -15,12 +15,8 @@ def anyio_backend() -> str:
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     """One real redis-server for the session; tests keep apart by namespace, never by flushing."""
-    server = RedisServer(redis_server_binary())
-    server.start()
-    try:
+    with RedisServer(redis_server_binary()) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -31,9 +27,5 @@ def redis_url(redis_server: RedisServer) -> str:
 @pytest.fixture
 def own_redis_server() -> Iterator[RedisServer]:
     """A redis-server of the test's own, so killing it cannot disturb the session's shared one."""
-    server = RedisServer(redis_server_binary())
-    server.start()
-    try:
+    with RedisServer(redis_server_binary()) as server:
         yield server
-    finally:
-        server.stop()

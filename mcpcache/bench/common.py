@@ -77,6 +77,36 @@ def free_port() -> int:
         return port
 
 
+def accepts(port: int) -> bool:
+    """Whether something listens on 127.0.0.1:port (a readiness probe, not a timing)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def wait_until_listening(process: subprocess.Popen[bytes], port: int, within_s: float, what: str) -> None:
+    """Poll until `process` listens on `port`; RuntimeError if it exits or does not within `within_s`."""
+    deadline = time.monotonic() + within_s
+    while not accepts(port):
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with {process.returncode} before listening on port {port}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not listen on port {port} within {within_s:g} s")
+        time.sleep(0.05)
+
+
+def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
+    """End a process this program started, by its PID: SIGTERM, then SIGKILL if it lingers."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=timeout_s)
+
+
 def answers_ping(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5) as sock:
@@ -100,6 +130,13 @@ class RedisServer:
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
+
+    def __enter__(self) -> RedisServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def version(self) -> str:
         return subprocess.run([self.binary, "--version"], capture_output=True, text=True).stdout.strip()
@@ -131,13 +168,7 @@ class RedisServer:
     def stop(self) -> None:
         if self.process is None:
             return
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        stop_process(self.process)
         if self.process.stderr is not None:
             self.process.stderr.close()
         self.process = None

@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import resource
-import socket
 import subprocess
 import sys
 import time
@@ -31,7 +30,7 @@ from mcp.client import CacheConfig
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from mcpcache.bench.common import free_port
+from mcpcache.bench.common import accepts, free_port, stop_process
 from mcpcache.bench.configs import BY_KEY, Config
 from mcpcache.bench.wire import CountingTransport, WireLog
 
@@ -89,10 +88,7 @@ async def _connect(spec: RunSpec, config: Config, log: WireLog, errlog: Any) -> 
     process = subprocess.Popen([*command, "--http", str(port)], stdout=subprocess.DEVNULL, stderr=errlog)  # noqa: ASYNC220
     try:
         deadline = time.monotonic() + 30
-        while True:
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    break
+        while not accepts(port):
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the demo server did not start on port {port}")
             await anyio.sleep(0.05)
@@ -100,12 +96,7 @@ async def _connect(spec: RunSpec, config: Config, log: WireLog, errlog: Any) -> 
         async with mcp.Client(CountingTransport(transport, log), cache=cache) as client:
             yield client, process.pid
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
 
 
 def _text_of(result: mt.CallToolResult) -> str:

@@ -49,6 +49,7 @@ from servers.catalog import SERVER_KINDS, ServerKind, build  # noqa: E402
 from support.calls import call_raw, call_stock  # noqa: E402
 from support.transports import ERAS, MODERN, Era, ServerTarget, http_servers, stock_client  # noqa: E402
 
+from mcpcache.bench.common import accepts, stop_process  # noqa: E402
 from mcpcache.client import ToolCache  # noqa: E402
 from mcpcache.etag import parse_etag  # noqa: E402
 from mcpcache.protocol import META_KEY, NOT_MODIFIED_KEY, CacheBlock, NotModifiedReply  # noqa: E402
@@ -275,20 +276,12 @@ def jupyter_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterS
             with http_servers([mcp_server], log=log) as (url,):
                 yield JupyterStack(url, notebooks / "a.ipynb")
         finally:
-            jupyter_process.terminate()
-            try:
-                jupyter_process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                jupyter_process.kill()
-                jupyter_process.wait(timeout=15)
+            stop_process(jupyter_process, timeout_s=15)
 
 
 def _wait_for_port(process: subprocess.Popen[bytes], port: int, log: Path) -> None:
     deadline = time.monotonic() + 60  # a readiness wait, not a timing assertion
-    while True:
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
+    while not accepts(port):
         if process.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"jupyter server did not start:\n{log.read_text(errors='replace')[-4000:]}")
         time.sleep(0.05)

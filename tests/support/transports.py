@@ -14,9 +14,6 @@ Era is forced the same way for both clients: `mode="auto"` negotiates 2026-07-28
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,7 +30,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
 
-from mcpcache.bench.common import free_port
+from mcpcache.bench.common import accepts, free_port, stop_process
 from mcpcache.bench.wire import CountingFastMCPTransport, CountingTransport, WireLog
 
 ServerKind = Literal["fastmcp", "sdk"]
@@ -156,24 +153,6 @@ def _check_era(negotiated: str | None, era: Era) -> None:
         raise RuntimeError(f"asked for protocol {era}, the connection negotiated {negotiated}")
 
 
-def _accepts(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.2)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """End the process we started, by its PID: SIGTERM, then SIGKILL if it lingers."""
-    if process.poll() is not None:
-        return
-    os.kill(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
-
-
 @contextlib.contextmanager
 def http_servers(
     commands: Sequence[Sequence[str]], *, log: IO[bytes] | None = None, ready_within: float = 60.0
@@ -194,7 +173,7 @@ def http_servers(
             started.append((process, port))
         deadline = time.monotonic() + ready_within
         for process, port in started:
-            while not _accepts(port):
+            while not accepts(port):
                 if process.poll() is not None:
                     raise RuntimeError(f"server {process.args} exited with {process.returncode} before listening")
                 if time.monotonic() > deadline:
@@ -203,7 +182,7 @@ def http_servers(
         yield [f"http://127.0.0.1:{port}/mcp" for _, port in started]
     finally:
         for process, _ in started:
-            _stop(process)
+            stop_process(process)
 
 
 def catalogue_command(kind: ServerKind) -> list[str]:

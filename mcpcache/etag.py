@@ -1,4 +1,4 @@
-"""Canonical bytes and weak entity tags (PROTOCOL.md section 2).
+"""Canonical bytes and weak entity tags (the tag rules are in docs/protocol.md, "The entity tag").
 
 A tag must come out the same for the same answer in any process, on any transport and in any protocol
 era, so it is computed from one pinned serialisation: orjson with sorted keys and no whitespace, arrays
@@ -16,6 +16,10 @@ from typing import Any
 import orjson
 import xxhash
 from pydantic import BaseModel
+
+META_KEY = "io.modelcontextprotocol/cache"
+"""Where the cache block lives in a result's `_meta` (re-exported by `mcpcache.protocol`). The tag never
+covers the block itself, so stamping an answer does not change its tag."""
 
 MAX_ETAG_LENGTH = 256
 """A longer value in a peer's `_meta` is not a tag anybody here minted; reading it as absent is safe."""
@@ -82,12 +86,28 @@ def tag_of_bytes(data: bytes) -> str:
     return format_tag(xxhash.xxh3_128_hexdigest(data))
 
 
-def content_tag(content: Iterable[BaseModel | Mapping[str, Any]], structured_content: Any) -> str:
+def meta_without_block(meta: Mapping[str, Any] | None, meta_key: str = META_KEY) -> dict[str, Any] | None:
+    """A result's `_meta` as the tag covers it: the cache block left out, and nothing left read as None."""
+    if not meta:
+        return None
+    rest = {key: value for key, value in meta.items() if key != meta_key}
+    return rest or None
+
+
+def content_tag(
+    content: Iterable[BaseModel | Mapping[str, Any]],
+    structured_content: Any,
+    meta: Mapping[str, Any] | None = None,
+    *,
+    meta_key: str = META_KEY,
+) -> str:
     """The tag of an answer: it covers every field a not-modified reply leaves out.
 
-    The canonical document is `{"content": [...], "structuredContent": ...}`; its two keys already sort
-    in that order, so it is fed to the hash piece by piece, which gives the same bytes as one dump
-    without building a second multi-megabyte buffer.
+    The canonical document is `{"content": [...], "meta": <_meta without the cache block, or null>,
+    "structuredContent": ...}`. `meta` is the result's `_meta` with or without the block under
+    `meta_key`: the block is left out either way, so stamping never changes the tag. The three keys
+    already sort in that order, so the document is fed to the hash piece by piece, which gives the same
+    bytes as one sorted dump without building a second multi-megabyte buffer.
     """
     digest = xxhash.xxh3_128()
     digest.update(b'{"content":[')
@@ -95,14 +115,16 @@ def content_tag(content: Iterable[BaseModel | Mapping[str, Any]], structured_con
         if index:
             digest.update(b",")
         digest.update(_dump(block))
-    digest.update(b'],"structuredContent":')
+    digest.update(b'],"meta":')
+    digest.update(_dump(meta_without_block(meta, meta_key)))
+    digest.update(b',"structuredContent":')
     digest.update(_dump(structured_content))
     digest.update(b"}")
     return format_tag(digest.hexdigest())
 
 
 def validator_tag(tool: str, arguments: Mapping[str, Any] | None, version: Any) -> str:
-    """The tag of a tool whose validator names the version of what it reads (PROTOCOL.md 2, Validators)."""
+    """The tag of a tool whose validator names the version of what it reads (docs/protocol.md, Validators)."""
     document = {"tool": tool, "arguments": dict(arguments or {}), "version": version}
     return tag_of_bytes(_VALIDATOR_DOMAIN + canonical_json(document))
 

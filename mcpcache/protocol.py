@@ -13,10 +13,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from mcpcache.etag import META_KEY as META_KEY  # re-exported: the interop key
 from mcpcache.etag import parse_etag
 
-META_KEY = "io.modelcontextprotocol/cache"
-"""Where the cache block lives in a result's (and a request's) `_meta`. The interop value."""
+# META_KEY ("io.modelcontextprotocol/cache", the interop value) is where the cache block lives in a
+# result's (and a request's) `_meta`. It is defined beside the tag, which must leave the block out.
 
 EXTENSION_ID = "io.github.mcpcache/revalidation"
 """The extension a server using mcpcache advertises on protocol 2026-07-28."""

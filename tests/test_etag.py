@@ -1,4 +1,4 @@
-"""Canonical bytes and weak entity tags (PROTOCOL.md section 2), as units and as properties.
+"""Canonical bytes and weak entity tags (docs/protocol.md, "The entity tag"), as units and as properties.
 
 The property tests state the "for all"s the protocol depends on: key order never changes a tag, array
 order always does, every tag has one format, weak comparison is an equivalence on well-formed tags and
@@ -14,7 +14,9 @@ import math
 import re
 from typing import Any
 
+import orjson
 import pytest
+import xxhash
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -24,12 +26,14 @@ from mcpcache.etag import (
     canonical_json,
     content_tag,
     format_tag,
+    meta_without_block,
     parse_etag,
     tag_of_bytes,
     validator_tag,
     weak_equal,
     wire_content,
 )
+from mcpcache.protocol import META_KEY, CacheBlock, with_block
 
 # Examples are microseconds each; a loaded machine must not turn that into a deadline failure.
 property_test = settings(deadline=None)
@@ -145,6 +149,7 @@ def test_tag_functions_raise_nothing_but_canonicalization_error(value: Any) -> N
         lambda: content_tag([], value),
         lambda: content_tag([value] if isinstance(value, dict) else [], None),
         lambda: validator_tag("tool", value if isinstance(value, dict) else {"v": value}, value),
+        lambda: content_tag([], None, {"example.com/x": value, META_KEY: value}),
     ):
         try:
             tag = call()
@@ -165,10 +170,28 @@ def test_every_tag_has_the_weak_32_hex_format(structured: Any, arguments: dict[s
 
 
 def test_tags_are_pinned_across_versions_and_processes() -> None:
-    """Golden values: if these change, every tag a client holds stops matching (PROTOCOL.md 2)."""
-    assert content_tag([{"type": "text", "text": "hi"}], None) == 'W/"ae27ee6a3e9a32b9539ca5280741c699"'
-    assert content_tag([], {"kind": "doc"}) == 'W/"8361d66e3d38c7f3279e3ffaee52991f"'
+    """Golden values: if these change, every tag a client holds stops matching (docs/protocol.md)."""
+    assert content_tag([{"type": "text", "text": "hi"}], None) == 'W/"777ef1165351296e41904b7c10e24190"'
+    assert content_tag([], {"kind": "doc"}) == 'W/"ebe6b4f51259e5e19b8b6742dee7185e"'
+    assert (
+        content_tag([{"type": "text", "text": "x = 1"}], {"kind": "cell"}, {"io.jupyter-mcp/cell_id": "c1"})
+        == 'W/"480068965a067df922cd8150c0489620"'
+    )
     assert validator_tag("t", {"key": "a"}, 3) == 'W/"26e81017862b89ebf2e4f9e019bb49f9"'
+
+
+def test_the_canonical_document_spelled_out() -> None:
+    """The exact bytes a peer must hash to compute the same tag (docs/protocol.md gives this example)."""
+    document = (
+        b'{"content":[{"text":"x = 1","type":"text"}],'
+        b'"meta":{"io.jupyter-mcp/cell_id":"c1"},'
+        b'"structuredContent":{"kind":"cell"}}'
+    )
+    meta = {"io.jupyter-mcp/cell_id": "c1", META_KEY: {"ttlMs": 5000, "cacheScope": "private"}}
+    tag = content_tag([{"type": "text", "text": "x = 1"}], {"kind": "cell"}, meta)
+    assert tag == f'W/"{xxhash.xxh3_128_hexdigest(document)}"'
+    # No _meta (or only the block, or an empty one) is null, not {}.
+    assert content_tag([], None) == tag_of_bytes(b'{"content":[],"meta":null,"structuredContent":null}')
 
 
 def test_the_tag_covers_content_and_structured_content() -> None:
@@ -182,6 +205,68 @@ def test_the_tag_covers_content_and_structured_content() -> None:
     blocks = [TextContent(type="text", text="a"), ImageContent(type="image", data="AAAA", mime_type="image/png")]
     assert content_tag(blocks, None) == content_tag(wire_content(blocks), None)
     assert wire_content(blocks)[1] == {"type": "image", "data": "AAAA", "mimeType": "image/png"}
+
+
+def test_the_tag_covers_meta_but_not_the_cache_block() -> None:
+    """A read_cell answer: the same cell text, another cell id in `_meta`, so another answer."""
+    text = [{"type": "text", "text": "x = 1"}]
+    first = content_tag(text, None, {"io.jupyter-mcp/cell_id": "c1"})
+    assert first != content_tag(text, None, {"io.jupyter-mcp/cell_id": "c2"})
+    assert first != content_tag(text, None)
+    assert first != content_tag(text, None, {"io.jupyter-mcp/cell_id": "c1", "other": 1})
+    # Whatever block is on it, under the default key or a configured one, the tag is the same.
+    block = CacheBlock(ttl_ms=5000, etag=first)
+    stamped = with_block({"io.jupyter-mcp/cell_id": "c1"}, block)
+    assert content_tag(text, None, stamped) == first
+    assert content_tag(text, None, {**stamped, META_KEY: "not even an object"}) == first
+    own = with_block({"io.jupyter-mcp/cell_id": "c1"}, block, "io.example/cache")
+    assert content_tag(text, None, own, meta_key="io.example/cache") == first
+    # ...but under another key than the configured one it is just another `_meta` key.
+    assert content_tag(text, None, own) != first
+    # Empty, absent, and "only the block" are all null.
+    assert content_tag(text, None, {}) == content_tag(text, None, None) == content_tag(text, None, {META_KEY: {}})
+    assert meta_without_block({META_KEY: {"etag": first}}) is None
+    assert meta_without_block({"a": 1, META_KEY: {}}) == {"a": 1}
+
+
+def test_a_meta_without_a_json_form_raises_canonicalization_error() -> None:
+    with pytest.raises(CanonicalizationError):
+        content_tag([], None, {"x": math.nan})
+    with pytest.raises(CanonicalizationError):
+        content_tag([], None, {"x": object()})
+    with pytest.raises(CanonicalizationError):
+        content_tag([], None, {1: "non-str key"})  # type: ignore[dict-item]
+    # The block is left out before anything is dumped: whatever is in it cannot matter.
+    assert content_tag([], None, {META_KEY: math.nan}) == content_tag([], None)
+
+
+text_blocks = st.builds(lambda text: {"type": "text", "text": text}, st.text())
+any_blocks = st.one_of(text_blocks, json_objects)
+metas = st.none() | st.dictionaries(st.text(max_size=8) | st.just(META_KEY), json_values, max_size=5)
+
+
+@property_test
+@given(st.lists(any_blocks, max_size=5), json_values, metas)
+def test_the_streamed_tag_is_the_hash_of_one_sorted_dump(
+    content: list[dict[str, Any]], structured: Any, meta: dict[str, Any] | None
+) -> None:
+    """The pieces fed to xxh3 one by one make exactly one `orjson.dumps(..., OPT_SORT_KEYS)` of the
+    whole document, so another implementation may build the document and hash it in one go."""
+    rest = {key: value for key, value in (meta or {}).items() if key != META_KEY}
+    document = {"content": content, "structuredContent": structured, "meta": rest or None}
+    assert content_tag(content, structured, meta) == format_tag(
+        xxhash.xxh3_128_hexdigest(orjson.dumps(document, option=orjson.OPT_SORT_KEYS))
+    )
+
+
+@property_test
+@given(st.lists(any_blocks, max_size=3), json_values, metas, st.builds(CacheBlock, ttl_ms=st.integers(0, 10**6)))
+def test_stamping_never_changes_the_tag(
+    content: list[dict[str, Any]], structured: Any, meta: dict[str, Any] | None, block: CacheBlock
+) -> None:
+    tag = content_tag(content, structured, meta)
+    stamped = with_block(meta, block.model_copy(update={"etag": tag}))
+    assert content_tag(content, structured, stamped) == tag
 
 
 def test_validator_tags_are_apart_from_content_tags() -> None:

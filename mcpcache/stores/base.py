@@ -8,21 +8,40 @@ references at once), a creation time and an optional hard expiry.
 Contract, checked by tests/stores/test_contract.py against every store:
 - `load` returns what `save` stored, or None. A missing, expired, corrupt or wrong-shape record is None,
   never an exception; a record that cannot be decoded is deleted.
+- Every item carries a checksum of its body (`body_checksum`, xxh3_64), computed by the store on save
+  (whatever `Item.checksum` a caller passes is ignored) and verified by the store on every load and
+  `load_many`. A body that no longer matches its checksum is a corrupt record: the store logs one
+  warning, deletes the record and answers None. The loaded `Item` carries the verified checksum.
 - An item is expired once the store's clock reaches `expires_at` (`expires_at <= now`, the SDK's own
   freshness test). Expired items are never returned and never counted: `usage` and the counts the
   removal methods return cover live items only. A save whose `expires_at` has already passed stores
   nothing (and still drops the previous item under that key).
-- `save` replaces the whole item (its group too). A store bounded in bytes or items evicts
-  least-recently-used items (loads, saves and `update_meta` all count as use) until the new item fits;
-  an item larger than the whole byte bound is not stored, and the item it would have replaced is gone.
-- `update_meta` replaces the metadata and expiry of an existing live item, keeping its body and group,
-  and counts as a use; False if absent. If the new size no longer fits the byte bound the item is dropped
-  (it still returns True: the item existed).
+- Every item has a `stamp`: when the request behind it was sent (0.0 unless given). `save` is refused
+  (returns False, nothing changes, not even LRU order) when the live item under the key has a strictly
+  later stamp: an answer to an older request never replaces a newer entry. An equal or later stamp
+  replaces it. The comparison and the write are one atomic step in every store (one synchronous method in
+  memory, one write transaction in SQLite, one Lua script in Redis), across tasks and processes.
+- Otherwise `save` replaces the whole item (its group and tag too) and returns True if the item is now
+  stored. A store bounded in bytes or items evicts least-recently-used items (loads, saves and
+  `update_meta` all count as use) until the new item fits; an item larger than the whole byte bound is not
+  stored (False), and the item it would have replaced is gone. The tag and stamp are not counted in
+  `Item.size`.
+- `update_meta` replaces the metadata and expiry of an existing live item, keeping its body, group, tag
+  and checksum, and counts as a use; False if absent. Atomically with the change:
+  - with `if_tag`, it changes the item only if the item's stored `tag` equals `if_tag` exactly (an item
+    saved without a tag never matches); otherwise False and nothing changes (compare-and-set: a
+    revalidation may only freshen the body whose tag it sent);
+  - with `stamp`, it is refused (False, nothing changes) if the stored stamp is strictly later, and
+    otherwise the item's stamp becomes `stamp`.
+  If the new size no longer fits the byte bound, or the new expiry has passed, the item is dropped (it
+  still returns True: the item existed and the update was admitted). A refused `save` or `update_meta`
+  does not count as a use.
 - Group operations affect exactly the items saved with that group. `remove_created_before` drops items
   whose group starts with the prefix ("" matches every group) and whose `created_at` is strictly earlier.
   `trim_group` evicts in least-recently-used order and returns how many live items it evicted.
-- Operations may raise (a broken disk, a dead server). Callers (the tool cache, the references) turn
-  every store failure into a miss; stores do not swallow their own errors.
+- Operations may raise (a broken disk, a dead server, a non-finite stamp). Callers (the tool cache, the
+  references) turn every store failure into a miss; stores do not swallow their own errors, and never
+  raise for a corrupt record.
 
 Every store also satisfies the MCP SDK's `ResponseCacheStore` protocol (get/set/delete/clear on
 `CacheKey`/`CacheEntry`) through `SDKResponseCacheMixin`, so one SQLite file or Redis server can also
@@ -34,14 +53,16 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import mcp_types
 import orjson
+import xxhash
 from mcp.client import CacheEntry, CacheKey
 from pydantic import ValidationError
 
@@ -56,6 +77,13 @@ class Item:
     created_at: float = 0.0
     expires_at: float | None = None
     """Wall-clock epoch seconds after which the store may drop the item; None keeps it until evicted."""
+    tag: str | None = None
+    """The version of the body (for tool answers, the entity tag); what `update_meta(if_tag=...)` compares."""
+    stamp: float = 0.0
+    """When the request behind this item was sent: a save never replaces an item with a later stamp."""
+    checksum: str = field(default="", compare=False)
+    """`body_checksum(body)` as the store recorded it; filled on load, ignored on save. Not compared: an item
+    loaded back equals the item saved."""
 
     @property
     def size(self) -> int:
@@ -81,6 +109,19 @@ class StoreLimits:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
                 raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+
+
+def body_checksum(body: bytes) -> str:
+    """The checksum a store keeps with a body and verifies on every load: xxh3_64, as 16 hex digits."""
+    return xxhash.xxh3_64_hexdigest(body)
+
+
+def check_stamp(stamp: float) -> float:
+    """The stamp as a float; a NaN or infinite stamp cannot be ordered and is refused with ValueError."""
+    value = float(stamp)
+    if not math.isfinite(value):
+        raise ValueError(f"stamp must be a finite number, got {stamp!r}")
+    return value
 
 
 def encode_meta(meta: Mapping[str, Any]) -> bytes:
@@ -171,10 +212,21 @@ class Store(SDKResponseCacheMixin, ABC):
         return [await self.load(key) for key in keys]
 
     @abstractmethod
-    async def save(self, key: str, item: Item) -> None: ...
+    async def save(self, key: str, item: Item) -> bool:
+        """Store `item` unless the live item under `key` has a strictly later stamp; True if now stored."""
 
     @abstractmethod
-    async def update_meta(self, key: str, meta: Mapping[str, Any], expires_at: float | None) -> bool: ...
+    async def update_meta(
+        self,
+        key: str,
+        meta: Mapping[str, Any],
+        expires_at: float | None,
+        *,
+        if_tag: str | None = None,
+        stamp: float | None = None,
+    ) -> bool:
+        """Replace a live item's metadata and expiry (and stamp), if it exists, carries tag `if_tag` (when
+        given) and has no later stamp than `stamp` (when given); True if the update was admitted."""
 
     @abstractmethod
     async def remove(self, key: str) -> None: ...

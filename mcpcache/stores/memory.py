@@ -6,14 +6,21 @@ counts: body bytes plus encoded metadata. Bodies are held as immutable `bytes` a
 table refers to them, so an evicted body is freed the moment it leaves (unless a caller still holds the
 `Item` it loaded).
 
-Every method body is synchronous, so on one event loop no task ever sees a half-done operation; the store
-is not meant to be shared across threads or event loops.
+Every method body is synchronous (no await between reading a record and replacing it), so on one event
+loop no task ever sees a half-done operation, and the stamp and tag comparisons of `save` and
+`update_meta` are atomic with the write they guard. The store is not meant to be shared across threads or
+event loops.
+
+Bodies are checksummed on save and verified on load like every store's: nothing in this process should
+alter an immutable `bytes`, so a mismatch here means memory was corrupted underneath Python (or a test
+reached into the internals), and the record is dropped all the same.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import math
 import time
 from collections import OrderedDict
@@ -23,7 +30,18 @@ from typing import Any
 
 from cachetools import Cache, LRUCache
 
-from mcpcache.stores.base import Item, Store, StoreLimits, Usage, decode_meta, encode_meta
+from mcpcache.stores.base import (
+    Item,
+    Store,
+    StoreLimits,
+    Usage,
+    body_checksum,
+    check_stamp,
+    decode_meta,
+    encode_meta,
+)
+
+logger = logging.getLogger("mcpcache.stores.memory")
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 """The bound when no limits are given: a cache must never be the reason a process runs out of memory."""
@@ -37,6 +55,9 @@ class _Record:
     group: str
     created_at: float
     expires_at: float | None
+    tag: str | None
+    stamp: float
+    checksum: str
     seq: int
     """Tells a live record from a stale entry of the expiry heap."""
 
@@ -101,24 +122,71 @@ class MemoryStore(Store):
         self._groups[record.group].order.move_to_end(key)
         meta = decode_meta(record.meta)
         if meta is None:  # cannot happen for records this store encoded; kept to honour the contract
+            logger.warning("dropping a corrupt record under key %r: metadata is not a JSON object", key)
             self._delete(key)
             return None
-        return Item(meta, record.body, record.group, record.created_at, record.expires_at)
+        if body_checksum(record.body) != record.checksum:
+            logger.warning("dropping a corrupt record under key %r: the body does not match its checksum", key)
+            self._delete(key)
+            return None
+        return Item(
+            meta,
+            record.body,
+            record.group,
+            record.created_at,
+            record.expires_at,
+            record.tag,
+            record.stamp,
+            record.checksum,
+        )
 
-    async def save(self, key: str, item: Item) -> None:
-        self._purge_expired()
-        self._delete(key)
+    async def save(self, key: str, item: Item) -> bool:
+        stamp = check_stamp(item.stamp)
         body = item.body if type(item.body) is bytes else bytes(item.body)
-        record = _Record(encode_meta(item.meta), body, item.group, item.created_at, item.expires_at, next(self._seq))
-        self._insert(key, record)
+        meta = encode_meta(item.meta)
+        checksum = body_checksum(body)
+        # From here to the end nothing awaits: the stamp comparison and the write are one step.
+        self._purge_expired()
+        old = self._peek(key)
+        if old is not None and old.stamp > stamp:
+            return False
+        self._delete(key)
+        record = _Record(
+            meta, body, item.group, item.created_at, item.expires_at, item.tag, stamp, checksum, next(self._seq)
+        )
+        return self._insert(key, record)
 
-    async def update_meta(self, key: str, meta: Mapping[str, Any], expires_at: float | None) -> bool:
+    async def update_meta(
+        self,
+        key: str,
+        meta: Mapping[str, Any],
+        expires_at: float | None,
+        *,
+        if_tag: str | None = None,
+        stamp: float | None = None,
+    ) -> bool:
+        new_stamp = None if stamp is None else check_stamp(stamp)
+        encoded = encode_meta(meta)
         self._purge_expired()
         old = self._peek(key)
         if old is None:
             return False
+        if if_tag is not None and old.tag != if_tag:
+            return False
+        if new_stamp is not None and old.stamp > new_stamp:
+            return False
         self._delete(key)
-        record = _Record(encode_meta(meta), old.body, old.group, old.created_at, expires_at, next(self._seq))
+        record = _Record(
+            encoded,
+            old.body,
+            old.group,
+            old.created_at,
+            expires_at,
+            old.tag,
+            old.stamp if new_stamp is None else new_stamp,
+            old.checksum,
+            next(self._seq),
+        )
         self._insert(key, record)
         return True
 
@@ -172,12 +240,12 @@ class MemoryStore(Store):
     async def close(self) -> None:
         await self.remove_all()
 
-    def _insert(self, key: str, record: _Record) -> None:
-        """Store a record under a key that is not present, honouring expiry and both bounds."""
+    def _insert(self, key: str, record: _Record) -> bool:
+        """Store a record under a key that is not present, honouring expiry and both bounds; True if stored."""
         if record.expires_at is not None and record.expires_at <= self._clock():
-            return
+            return False
         if self.limits.max_bytes is not None and record.size > self.limits.max_bytes:
-            return
+            return False
         self._items[key] = record  # evicts least-recently-used records (through _unindex) until it fits
         index = self._groups.get(record.group)
         if index is None:
@@ -189,6 +257,7 @@ class MemoryStore(Store):
                 self._items.popitem()
         if record.expires_at is not None:
             heapq.heappush(self._expiry, (record.expires_at, record.seq, key))
+        return True
 
     def _delete(self, key: str) -> None:
         record = self._peek(key)

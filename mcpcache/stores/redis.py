@@ -2,9 +2,18 @@
 
 Redis expires items itself (PEXPIREAT from `Item.expires_at`), and every operation that touches more than
 one key runs as a single Lua script, so another client never sees an item without its index entries or
-the other way round. The indexes that make group operations and LRU trimming cheap:
+the other way round. The stamp and tag comparisons of `save` and `update_meta` run inside the script that
+writes, so no other client's command runs between the comparison and the change; stamps travel as
+`repr(float)` and are compared as numbers.
 
-- `i:<key>`     hash: meta, body, group, created, expiry; the item itself, with the Redis expiry
+Lua in Redis has no xxh3, so the body's checksum is computed here before a save and verified here after a
+load; a corrupt record is deleted by a script that first checks the record is still the one that was read
+(its save version), so an item another client saved meanwhile survives.
+
+The keys, and the indexes that make group operations and LRU trimming cheap:
+
+- `i:<key>`     hash: the item itself, with the Redis expiry. Fields: m meta, b body, g group, c created,
+                x expiry, t tag (absent for None), s stamp, k checksum, v save version (a `tick`)
 - `d`           hash key -> "<size> <group>": the directory, enough to unindex an item whose hash is gone
 - `lru`         sorted set key -> use tick, the whole namespace (for the optional global bound)
 - `g:<group>`   sorted set key -> use tick (group LRU order, trim_group, remove_group)
@@ -23,6 +32,7 @@ up without being counted.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -31,7 +41,18 @@ import redis.asyncio
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
-from mcpcache.stores.base import Item, Store, StoreLimits, Usage, decode_meta, encode_meta
+from mcpcache.stores.base import (
+    Item,
+    Store,
+    StoreLimits,
+    Usage,
+    body_checksum,
+    check_stamp,
+    decode_meta,
+    encode_meta,
+)
+
+logger = logging.getLogger("mcpcache.stores.redis")
 
 _SCRIPT = r"""
 local P = ARGV[1]
@@ -111,6 +132,13 @@ local function expire(ik, exp)
   if exp == '' then redis.call('PERSIST', ik) else redis.call('PEXPIREAT', ik, exp) end
 end
 
+-- The stamp of the live item under k, or nil when there is none (or its stamp is not a number).
+local function live_stamp(k)
+  local ik = P .. 'i:' .. k
+  if redis.call('TYPE', ik)['ok'] ~= 'hash' or redis.call('HEXISTS', D, k) == 0 then return nil end
+  return tonumber(redis.call('HGET', ik, 's') or '')
+end
+
 purge_expired()
 
 if op == 'load' then
@@ -123,17 +151,22 @@ if op == 'load' then
     return false
   end
   touch(k, string.sub(d, string.find(d, ' ', 1, true) + 1))
-  return redis.call('HMGET', ik, 'm', 'b', 'g', 'c', 'x')
+  return redis.call('HMGET', ik, 'm', 'b', 'g', 'c', 'x', 't', 's', 'k', 'v')
 
 elseif op == 'save' then
   local k, meta, body, g, created, exp, exp_raw = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
   local size, max_b, max_n = ARGV[10], tonumber(ARGV[11]), tonumber(ARGV[12])
+  local has_tag, tag, stamp, sum = ARGV[13], ARGV[14], ARGV[15], ARGV[16]
+  local held = live_stamp(k)
+  if held and held > tonumber(stamp) then return 0 end
   drop(k)
   if exp ~= '' and tonumber(exp) <= now_ms then return 0 end
   if max_b and tonumber(size) > max_b then return 0 end
   make_room(tonumber(size), 1, max_b, max_n)
   local ik = P .. 'i:' .. k
-  redis.call('HSET', ik, 'm', meta, 'b', body, 'g', g, 'c', created, 'x', exp_raw)
+  local version = redis.call('INCR', TICK)
+  redis.call('HSET', ik, 'm', meta, 'b', body, 'g', g, 'c', created, 'x', exp_raw, 's', stamp, 'k', sum, 'v', version)
+  if has_tag == '1' then redis.call('HSET', ik, 't', tag) end
   expire(ik, exp)
   index(k, g, size, created, exp)
   return 1
@@ -141,11 +174,17 @@ elseif op == 'save' then
 elseif op == 'update_meta' then
   local k, meta, exp, exp_raw = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
   local max_b, max_n = tonumber(ARGV[7]), tonumber(ARGV[8])
+  local has_tag, tag, stamp = ARGV[9], ARGV[10], ARGV[11]
   local ik = P .. 'i:' .. k
   local d = redis.call('HGET', D, k)
   if redis.call('TYPE', ik)['ok'] ~= 'hash' or not d then
     drop(k)
     return 0
+  end
+  if has_tag == '1' and redis.call('HGET', ik, 't') ~= tag then return 0 end
+  if stamp ~= '' then
+    local held = tonumber(redis.call('HGET', ik, 's') or '')
+    if held and held > tonumber(stamp) then return 0 end
   end
   local size = redis.call('HSTRLEN', ik, 'b') + string.len(meta)
   if (exp ~= '' and tonumber(exp) <= now_ms) or (max_b and size > max_b) then
@@ -156,6 +195,7 @@ elseif op == 'update_meta' then
   local created = redis.call('ZSCORE', P .. 'c:' .. g, k) or '0'
   unindex(k)
   redis.call('HSET', ik, 'm', meta, 'x', exp_raw)
+  if stamp ~= '' then redis.call('HSET', ik, 's', stamp) end
   expire(ik, exp)
   make_room(size, 1, max_b, max_n)
   index(k, g, size, created, exp)
@@ -163,6 +203,13 @@ elseif op == 'update_meta' then
 
 elseif op == 'remove' then
   return drop(ARGV[3])
+
+elseif op == 'drop_corrupt' then
+  -- Drops the record only if it is still the save that was read (same version): a replacement stays.
+  local k, version = ARGV[3], ARGV[4]
+  local ik = P .. 'i:' .. k
+  if redis.call('TYPE', ik)['ok'] == 'hash' and (redis.call('HGET', ik, 'v') or '') ~= version then return 0 end
+  return drop(k)
 
 elseif op == 'remove_group' then
   local n = 0
@@ -248,14 +295,17 @@ class RedisStore(Store):
         fields = await self._call("load", key)
         if fields is None:
             return None
-        item = _decode_fields(fields)
+        item, fault = _decode_fields(fields)
         if item is None:
-            await self.remove(key)
+            logger.warning("Redis namespace %r: dropping a corrupt record under key %r: %s", self.namespace, key, fault)
+            version = fields[8] if len(fields) == 9 and isinstance(fields[8], bytes) else b""
+            await self._call("drop_corrupt", key, version)
         return item
 
-    async def save(self, key: str, item: Item) -> None:
+    async def save(self, key: str, item: Item) -> bool:
+        stamp = check_stamp(item.stamp)
         meta = encode_meta(item.meta)
-        await self._call(
+        stored = await self._call(
             "save",
             key,
             meta,
@@ -265,10 +315,26 @@ class RedisStore(Store):
             *_expiry(item.expires_at),
             len(meta) + len(item.body),
             *self._bounds(),
+            *_tag(item.tag),
+            repr(stamp),
+            body_checksum(item.body),
         )
+        return bool(stored)
 
-    async def update_meta(self, key: str, meta: Mapping[str, Any], expires_at: float | None) -> bool:
-        return bool(await self._call("update_meta", key, encode_meta(meta), *_expiry(expires_at), *self._bounds()))
+    async def update_meta(
+        self,
+        key: str,
+        meta: Mapping[str, Any],
+        expires_at: float | None,
+        *,
+        if_tag: str | None = None,
+        stamp: float | None = None,
+    ) -> bool:
+        new_stamp = "" if stamp is None else repr(check_stamp(stamp))
+        updated = await self._call(
+            "update_meta", key, encode_meta(meta), *_expiry(expires_at), *self._bounds(), *_tag(if_tag), new_stamp
+        )
+        return bool(updated)
 
     async def remove(self, key: str) -> None:
         await self._call("remove", key)
@@ -321,29 +387,50 @@ def _expiry(expires_at: float | None) -> tuple[str, str]:
     return str(math.ceil(expires_at * 1000)), repr(float(expires_at))
 
 
-def _decode_fields(fields: Sequence[object]) -> Item | None:
-    """The item from its hash fields, or None when any field is missing or malformed."""
-    if len(fields) != 5:
-        return None
-    raw_meta, body, group, created, expiry = fields
+def _tag(tag: str | None) -> tuple[str, str]:
+    """A tag for the script: whether there is one, and its text (None and "" are different tags)."""
+    return ("0", "") if tag is None else ("1", tag)
+
+
+def _decode_fields(fields: Sequence[object]) -> tuple[Item | None, str]:
+    """The item from its hash fields, or None and what is wrong: a field missing or malformed, or a body
+    that does not match its checksum (a record written before checksums were kept has none)."""
+    if len(fields) != 9:
+        return None, "unexpected fields"
+    raw_meta, body, group, created, expiry, tag, stamp, checksum, _ = fields
     if not (
         isinstance(raw_meta, bytes)
-        and isinstance(body, bytes)
         and isinstance(group, bytes)
         and isinstance(created, bytes)
         and isinstance(expiry, bytes)
+        and isinstance(stamp, bytes)
+        and (tag is None or isinstance(tag, bytes))
     ):
-        return None
+        return None, "a field is missing"
+    if not isinstance(body, bytes):
+        return None, "the body is missing"
+    if not isinstance(checksum, bytes):
+        return None, "the checksum is missing"
     meta = decode_meta(raw_meta)
     try:
         group_name = group.decode()
+        tag_text = None if tag is None else tag.decode()
         created_at = float(created)
         expires_at = float(expiry) if expiry else None
+        stamp_value = float(stamp)
+        checksum_text = checksum.decode()
     except ValueError:  # UnicodeDecodeError is a ValueError too
-        return None
-    if meta is None or not math.isfinite(created_at) or (expires_at is not None and math.isnan(expires_at)):
-        return None
-    return Item(meta, body, group_name, created_at, expires_at)
+        return None, "a field is malformed"
+    if meta is None:
+        return None, "the metadata is not a JSON object"
+    if not (math.isfinite(created_at) and math.isfinite(stamp_value)) or (
+        expires_at is not None and math.isnan(expires_at)
+    ):
+        return None, "a time is not a number"
+    if body_checksum(body) != checksum_text:
+        return None, "the body does not match its checksum"
+    item = Item(meta, body, group_name, created_at, expires_at, tag_text, stamp_value, checksum_text)
+    return item, ""
 
 
 def _glob_escape(text: str) -> str:

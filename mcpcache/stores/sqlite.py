@@ -13,6 +13,12 @@ Bodies live in their own table: SQLite rewrites a whole row on any update, and a
 revalidation's metadata refresh must not rewrite a 20 MB body. Byte and item totals are kept by triggers
 in the same transaction as the change, so enforcing the bound costs one row read, never a SUM.
 
+The body's checksum, tag and stamp live in the item row. The stamp and tag comparisons of `save` and
+`update_meta` run inside the same BEGIN IMMEDIATE transaction as the write they guard, so no other
+connection (in this process or another) writes between the comparison and the change. A load verifies the
+body against its checksum; a corrupt record is deleted by a write transaction that first reads it again
+and leaves it alone if another connection has replaced it since.
+
 One connection per store, used by one worker thread at a time under a lock (calls run through
 `anyio.to_thread.run_sync`): SQLite admits one writer per file anyway, and queueing this process's own
 writers on a lock is fair and immediate where SQLite's busy handler would make them poll with back-off.
@@ -29,11 +35,20 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 import anyio.to_thread
 
-from mcpcache.stores.base import Item, Store, StoreLimits, Usage, decode_meta, encode_meta
+from mcpcache.stores.base import (
+    Item,
+    Store,
+    StoreLimits,
+    Usage,
+    body_checksum,
+    check_stamp,
+    decode_meta,
+    encode_meta,
+)
 
 logger = logging.getLogger("mcpcache.stores.sqlite")
 
@@ -42,8 +57,9 @@ T = TypeVar("T")
 DEFAULT_MAX_BYTES = 1024 * 1024 * 1024
 """The bound when no limits are given: a cache file that grows without end fills a disk eventually."""
 
-SCHEMA_VERSION = 1
-"""Kept in `PRAGMA user_version`; a file from a newer mcpcache is refused, an older one migrated."""
+SCHEMA_VERSION = 2
+"""Kept in `PRAGMA user_version`; a file from a newer mcpcache is refused, an older one migrated.
+Version 2 added the tag, stamp and checksum columns of `items`."""
 
 _MAX_PENDING_TOUCHES = 10_000
 _EVICTION_BATCH = 64
@@ -59,6 +75,9 @@ _SCHEMA = (
         expires_at REAL,
         accessed INTEGER NOT NULL,
         meta BLOB NOT NULL,
+        tag TEXT,
+        stamp REAL NOT NULL,
+        checksum TEXT NOT NULL,
         UNIQUE (ns, key)
     )""",
     "CREATE TABLE bodies (item_id INTEGER PRIMARY KEY, body BLOB NOT NULL)",
@@ -90,6 +109,14 @@ _SCHEMA = (
         INSERT INTO ns_usage (ns, items, bytes) VALUES (new.ns, 1, new.size)
             ON CONFLICT (ns) DO UPDATE SET items = items + 1, bytes = bytes + excluded.bytes;
     END""",
+)
+
+_TABLES = ("items", "bodies", "group_usage", "ns_usage")
+"""Every table of the schema; dropping them drops their indexes and triggers too."""
+
+_SELECT_ITEM = (
+    "SELECT i.id, i.grp, i.meta, i.created_at, i.expires_at, i.tag, i.stamp, i.checksum, b.body"
+    " FROM items AS i LEFT JOIN bodies AS b ON b.item_id = i.id WHERE i.ns = ? AND i.key = ?"
 )
 
 _NEXT_TICK = "(SELECT COALESCE(MAX(accessed), 0) + 1 FROM items WHERE ns = :ns)"
@@ -137,12 +164,22 @@ class SQLiteStore(Store):
         # One thread hop for all of them: the hop, not the query, is most of a small load's cost.
         return await self._run(self._load_many, list(keys))
 
-    async def save(self, key: str, item: Item) -> None:
+    async def save(self, key: str, item: Item) -> bool:
+        stamp = check_stamp(item.stamp)
         meta = encode_meta(item.meta)
-        await self._run(self._write, self._save, key, item, meta)
+        return await self._run(self._write, self._save, key, item, meta, stamp, body_checksum(item.body))
 
-    async def update_meta(self, key: str, meta: Mapping[str, Any], expires_at: float | None) -> bool:
-        return await self._run(self._write, self._update_meta, key, encode_meta(meta), expires_at)
+    async def update_meta(
+        self,
+        key: str,
+        meta: Mapping[str, Any],
+        expires_at: float | None,
+        *,
+        if_tag: str | None = None,
+        stamp: float | None = None,
+    ) -> bool:
+        new_stamp = None if stamp is None else check_stamp(stamp)
+        return await self._run(self._write, self._update_meta, key, encode_meta(meta), expires_at, if_tag, new_stamp)
 
     async def remove(self, key: str) -> None:
         await self._run(self._write, self._delete_key, key)
@@ -215,6 +252,13 @@ class SQLiteStore(Store):
         conn.execute("BEGIN IMMEDIATE")
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]  # another process may have won the race
+            if version == 1:
+                # Version 1 rows have no checksum to verify their bodies by. The file is a cache, so the
+                # migration drops every table (their indexes and triggers go with them) and starts empty,
+                # inside this transaction: a crash leaves the version-1 file as it was.
+                for table in _TABLES:
+                    conn.execute(f"DROP TABLE IF EXISTS {table}")
+                version = 0
             if version == 0:
                 for statement in _SCHEMA:
                     conn.execute(statement)
@@ -271,18 +315,14 @@ class SQLiteStore(Store):
         return [self._load(conn, key) for key in keys]
 
     def _load(self, conn: sqlite3.Connection, key: str) -> Item | None:
-        row = conn.execute(
-            "SELECT i.grp, i.meta, i.created_at, i.expires_at, b.body"
-            " FROM items AS i LEFT JOIN bodies AS b ON b.item_id = i.id WHERE i.ns = ? AND i.key = ?",
-            (self.namespace, key),
-        ).fetchone()
+        row = conn.execute(_SELECT_ITEM, (self.namespace, key)).fetchone()
         if row is None:
             return None
-        item = _decode_row(row)
+        item, fault = _decode_row(row)
         if item is None or (item.expires_at is not None and item.expires_at <= self._clock()):
             if item is None:
-                logger.warning("%s: dropping a corrupt record under key %r", self.path, key)
-            self._try_without_waiting(conn, "DELETE FROM items WHERE ns = ? AND key = ?", (self.namespace, key))
+                logger.warning("%s: dropping a corrupt record under key %r: %s", self.path, key, fault)
+            self._drop_if_unusable(conn, key)
             return None
         self._pending_touches[key] = None
         self._pending_touches.move_to_end(key)
@@ -291,17 +331,22 @@ class SQLiteStore(Store):
         self._try_flush_touches(conn)
         return item
 
-    def _save(self, conn: sqlite3.Connection, key: str, item: Item, meta: bytes) -> None:
+    def _save(self, conn: sqlite3.Connection, key: str, item: Item, meta: bytes, stamp: float, checksum: str) -> bool:
+        # Inside `_write`'s transaction, after expired rows were deleted: a row found here is live.
+        row = conn.execute("SELECT stamp FROM items WHERE ns = ? AND key = ?", (self.namespace, key)).fetchone()
+        if row is not None and _is_later(row[0], stamp):
+            return False
         self._delete_key(conn, key)
         size = len(meta) + len(item.body)
         if item.expires_at is not None and item.expires_at <= self._clock():
-            return
+            return False
         if self.limits.max_bytes is not None and size > self.limits.max_bytes:
-            return
+            return False
         self._make_room(conn, incoming_bytes=size, incoming_items=1)
         cursor = conn.execute(
-            "INSERT INTO items (ns, key, grp, size, created_at, expires_at, accessed, meta)"
-            f" VALUES (:ns, :key, :grp, :size, :created_at, :expires_at, {_NEXT_TICK}, :meta)",
+            "INSERT INTO items (ns, key, grp, size, created_at, expires_at, accessed, meta, tag, stamp, checksum)"
+            f" VALUES (:ns, :key, :grp, :size, :created_at, :expires_at, {_NEXT_TICK}, :meta, :tag, :stamp,"
+            " :checksum)",
             {
                 "ns": self.namespace,
                 "key": key,
@@ -310,18 +355,34 @@ class SQLiteStore(Store):
                 "created_at": item.created_at,
                 "expires_at": item.expires_at,
                 "meta": meta,
+                "tag": item.tag,
+                "stamp": stamp,
+                "checksum": checksum,
             },
         )
         conn.execute("INSERT INTO bodies (item_id, body) VALUES (?, ?)", (cursor.lastrowid, item.body))
+        return True
 
-    def _update_meta(self, conn: sqlite3.Connection, key: str, meta: bytes, expires_at: float | None) -> bool:
+    def _update_meta(
+        self,
+        conn: sqlite3.Connection,
+        key: str,
+        meta: bytes,
+        expires_at: float | None,
+        if_tag: str | None,
+        stamp: float | None,
+    ) -> bool:
         row = conn.execute(
-            "SELECT id, size - length(CAST(meta AS BLOB)) FROM items WHERE ns = ? AND key = ?",
+            "SELECT id, size - length(CAST(meta AS BLOB)), tag, stamp FROM items WHERE ns = ? AND key = ?",
             (self.namespace, key),
         ).fetchone()
         if row is None:
             return False
-        item_id, body_size = row
+        item_id, body_size, tag, held_stamp = row
+        if if_tag is not None and tag != if_tag:  # a tag of another type (a corrupt row) never matches
+            return False
+        if stamp is not None and _is_later(held_stamp, stamp):
+            return False
         size = int(body_size) + len(meta)
         if (expires_at is not None and expires_at <= self._clock()) or (
             self.limits.max_bytes is not None and size > self.limits.max_bytes
@@ -329,9 +390,16 @@ class SQLiteStore(Store):
             conn.execute("DELETE FROM items WHERE id = ?", (item_id,))
             return True
         conn.execute(
-            f"UPDATE items SET meta = :meta, expires_at = :expires_at, size = :size, accessed = {_NEXT_TICK}"
-            " WHERE id = :id",
-            {"meta": meta, "expires_at": expires_at, "size": size, "id": item_id, "ns": self.namespace},
+            f"UPDATE items SET meta = :meta, expires_at = :expires_at, size = :size, accessed = {_NEXT_TICK},"
+            " stamp = COALESCE(:stamp, stamp) WHERE id = :id",
+            {
+                "meta": meta,
+                "expires_at": expires_at,
+                "size": size,
+                "stamp": stamp,
+                "id": item_id,
+                "ns": self.namespace,
+            },
         )
         self._make_room(conn, incoming_bytes=0, incoming_items=0, keep=item_id)
         return True
@@ -447,11 +515,18 @@ class SQLiteStore(Store):
                 conn.execute("ROLLBACK")
             raise
 
-    def _try_without_waiting(self, conn: sqlite3.Connection, sql: str, params: tuple[object, ...]) -> None:
+    def _drop_if_unusable(self, conn: sqlite3.Connection, key: str) -> None:
+        """Delete the record under `key` if it is still corrupt or expired. The load that found it read
+        outside any write transaction, so another connection may have replaced it since: the record is
+        read again under the write lock and a sound replacement is left alone. Never waits for the lock."""
         if not self._begin_without_waiting(conn):
             return
         try:
-            conn.execute(sql, params)
+            row = conn.execute(_SELECT_ITEM, (self.namespace, key)).fetchone()
+            if row is not None:
+                item, _ = _decode_row(row)
+                if item is None or (item.expires_at is not None and item.expires_at <= self._clock()):
+                    conn.execute("DELETE FROM items WHERE id = ?", (row[0],))
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -478,19 +553,37 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
     return "locked" in str(exc) or "busy" in str(exc)
 
 
-def _decode_row(row: tuple[object, ...]) -> Item | None:
-    """The item a row holds, or None when any column has the wrong type or the metadata is not an object."""
-    group, raw_meta, created_at, expires_at, body = row
-    if not isinstance(group, str) or not isinstance(body, bytes) or not isinstance(raw_meta, bytes | str):
-        return None
-    if isinstance(created_at, bool) or not isinstance(created_at, int | float):
-        return None
-    if expires_at is not None and (isinstance(expires_at, bool) or not isinstance(expires_at, int | float)):
-        return None
+def _is_number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_later(held: object, stamp: float) -> bool:
+    """Whether a stored stamp is strictly later than `stamp`; a stamp that is not a number (a corrupt row)
+    orders before every stamp, so the row can be replaced."""
+    return _is_number(held) and held > stamp
+
+
+def _decode_row(row: tuple[object, ...]) -> tuple[Item | None, str]:
+    """The item a `_SELECT_ITEM` row holds, or None and what is wrong with it: a column of the wrong type,
+    metadata that is not a JSON object, or a body that does not match its checksum."""
+    _, group, raw_meta, created_at, expires_at, tag, stamp, checksum, body = row
+    if not isinstance(group, str) or not isinstance(raw_meta, bytes | str) or not isinstance(checksum, str):
+        return None, "a column has the wrong type"
+    if not isinstance(body, bytes):
+        return None, "the body is missing or not a blob"
+    if tag is not None and not isinstance(tag, str):
+        return None, "the tag is not text"
+    if not _is_number(created_at) or not _is_number(stamp):
+        return None, "a time is not a number"
+    if expires_at is not None and not _is_number(expires_at):
+        return None, "the expiry is not a number"
     meta = decode_meta(raw_meta)
     if meta is None:
-        return None
-    return Item(meta, body, group, float(created_at), None if expires_at is None else float(expires_at))
+        return None, "the metadata is not a JSON object"
+    if body_checksum(body) != checksum:
+        return None, "the body does not match its checksum"
+    expiry = None if expires_at is None else float(expires_at)
+    return Item(meta, body, group, float(created_at), expiry, tag, float(stamp), checksum), ""
 
 
 def _prefix_upper_bound(prefix: str) -> str | None:

@@ -56,7 +56,7 @@ class TestSQLiteStore:
         async with SQLiteStore(tmp_path / "c.db") as store:
             await store.usage()
         with sqlite3.connect(tmp_path / "c.db") as conn:
-            assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+            assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
             assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
     async def test_a_file_from_a_newer_version_is_refused(self, tmp_path: Path) -> None:

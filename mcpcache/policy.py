@@ -1,19 +1,24 @@
-"""The client cache's decisions (PROTOCOL.md section 5), with no I/O and the time passed in.
+"""The client cache's decisions (docs/protocol.md section 5), with no I/O and the time passed in.
 
-Two questions, each answered by a pure function that returns a typed decision with a reason a person
-can read:
+Each question is answered by a pure function that returns a typed decision with a reason a person can
+read:
 - `decide_lookup`: given the stored entry (if any), what to do before sending anything;
-- `decide_reply`: given what the server answered, what to return and what to keep.
+- `decide_join`: whether a call may share an identical request already in flight;
+- `decide_reply`: given what the server answered, what to return and what to keep;
+- `reply_block`, `store_arm`, `freshness_ended_at`, `ends_freshness`, `may_serve`: the smaller rules the
+  driver would otherwise decide on its own.
 The driver (`mcpcache.client.cache`) does exactly what the decision says.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeGuard
 
 from mcpcache.etag import weak_equal
-from mcpcache.protocol import CacheBlock, Scope
+from mcpcache.keys import Arm
+from mcpcache.protocol import NOT_MODIFIED_KEY, CacheBlock, Scope, parse_cache_block
 
 CacheMode = Literal["use", "refresh", "bypass"]
 """use: serve and store; refresh: never serve, but store what comes back; bypass: leave the cache alone."""
@@ -215,7 +220,7 @@ def decide_reply(
     return StoreAnswer(meta, f"{verb}: {block.cache_scope}, ttl {meta.ttl_ms} ms, {tagged}")
 
 
-def may_serve(entry: EntryMeta, arm: Literal["private", "public"], share_public: bool) -> bool:
+def may_serve(entry: EntryMeta, arm: Arm, share_public: bool) -> bool:
     """A public-arm entry is served across partitions only if it says public and sharing is on."""
     if arm == "private":
         return True
@@ -231,3 +236,58 @@ def ends_freshness(*, read_only: bool | None, trusted: bool, answered_with_block
     if answered_with_block:
         return False
     return not (trusted and read_only is True)
+
+
+def reply_block(meta: object, meta_key: str) -> CacheBlock | None:
+    """A reply's cache block, with `notModified` read strictly.
+
+    The tolerant reading of the block makes a malformed `notModified` false, which would store and return
+    a not-modified reply's empty stub as the answer. Here a claim in any form but absent, null or false is
+    a claim: it must match the tag that was sent, or the call is asked again.
+    """
+    block = parse_cache_block(meta, meta_key)
+    if block is None or block.not_modified:
+        return block
+    raw = meta.get(meta_key) if isinstance(meta, Mapping) else None
+    if isinstance(raw, Mapping) and raw.get(NOT_MODIFIED_KEY) not in (None, False):
+        return block.model_copy(update={"not_modified": True})
+    return block
+
+
+def store_arm(scope: Scope, share_public: bool) -> Arm:
+    """Where an answer is kept: the shared arm only for a public answer with sharing turned on."""
+    return "public" if scope == "public" and share_public else "private"
+
+
+def freshness_ended_at(known_here: float | None, stored_mark: object) -> float | None:
+    """The latest end of freshness of a (server, partition): what this process knows, or what the store's
+    mark says (another process may have ended it), whichever is later. A malformed mark is ignored."""
+    stored = stored_mark if isinstance(stored_mark, int | float) and not isinstance(stored_mark, bool) else None
+    if stored is None:
+        return known_here
+    return float(stored) if known_here is None else max(known_here, float(stored))
+
+
+# Single-flight decisions ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JoinFlight:
+    reason: str
+
+
+@dataclass(frozen=True)
+class SendOwn:
+    reason: str
+
+
+Join = JoinFlight | SendOwn
+
+
+def decide_join(flight_sent_at: float, freshness_ended_at: float | None) -> Join:
+    """A call may share an identical request in flight only if that request was sent after the partition's
+    freshness last ended: an answer to a request sent before a mutation returned may predate it, and a
+    caller must read its own writes."""
+    if freshness_ended_at is not None and flight_sent_at <= freshness_ended_at:
+        return SendOwn("the identical call in flight was sent before freshness last ended; sending a new one")
+    return JoinFlight("sharing an identical call in flight")

@@ -1,24 +1,31 @@
-"""The client half: a private cache for tool results, shared by the SDK and FastMCP wrappers.
+"""The client half's driver: `ToolCache.execute` answers one call from the cache or the server.
 
-`ToolCache.execute` is the driver. It asks `mcpcache.policy` what to do, does the I/O it was told to do
-through a `Connection` (the only thing a wrapper provides), and reports an outcome. Every store
-operation is fenced: a store that raises turns into a miss, never into a failed call.
+It asks `mcpcache.policy` what to do, does the I/O it was told to do through a `Connection` (the only
+thing a wrapper provides) and the fenced store, and reports an outcome. The jobs around it live in their
+own modules: outcomes and stats (`outcomes`), stored answers (`entries`), single flight (`flights`) and
+the failing-store fence (`fence`).
+
+Where two writers meet, the store decides atomically: a save never replaces an entry whose request was
+sent later (`Item.stamp`), and a revalidation freshens the stored entry only if it still holds the tag
+that was sent (`update_meta(if_tag=...)`). The caller is always served the copy whose tag it sent.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any, Protocol, assert_never
 
 import anyio
-import pydantic_core
 from cachetools import LRUCache
 from mcp_types import CallToolResult, TextContent
-from pydantic import ValidationError
 
+from mcpcache.client.entries import Found, decode_result, encode_result, entry_item, merged
+from mcpcache.client.fence import DEFAULT_STORE_COOLDOWN_S, DEFAULT_STORE_DEADLINE_S, FencedStore
+from mcpcache.client.flights import Flights
+from mcpcache.client.outcomes import CacheStats, CallOutcome, Status
 from mcpcache.etag import CanonicalizationError
 from mcpcache.keys import Arm, CallIdentity
 from mcpcache.paths import default_store
@@ -27,19 +34,27 @@ from mcpcache.policy import (
     CacheMode,
     EntryMeta,
     Fetch,
+    JoinFlight,
     RepeatWithoutTag,
     ReturnUnstored,
     Revalidate,
+    SendOwn,
     ServeFresh,
     ServeStored,
     StoreAnswer,
+    decide_join,
     decide_lookup,
     decide_reply,
     ends_freshness,
+    freshness_ended_at,
     may_serve,
+    reply_block,
+    store_arm,
 )
-from mcpcache.protocol import META_KEY, NOT_MODIFIED_KEY, CacheBlock, parse_cache_block
+from mcpcache.protocol import META_KEY, parse_cache_block
 from mcpcache.stores.base import Item, Store
+
+__all__ = ["CacheStats", "CallOutcome", "Connection", "ToolCache"]
 
 logger = logging.getLogger("mcpcache.client")
 
@@ -48,76 +63,24 @@ Clock = Callable[[], float]
 DEFAULT_KEEP_STALE_S = 7 * 24 * 3600.0
 """How long a stale but tagged entry is kept for cheap revalidation before the store may drop it."""
 
-Status = Literal["fresh_hit", "revalidated", "miss", "bypass"]
-
-
-@dataclass(frozen=True)
-class CallOutcome:
-    """What the cache did for one call, in terms a caller can log or assert on."""
-
-    status: Status
-    """fresh_hit: served with no request; revalidated: the server said not-modified; miss: a full answer
-    came over the wire; bypass: the cache was not consulted."""
-    stored: bool
-    reason: str
-    bytes_saved: int = 0
-    coalesced: bool = False
-    """True when this call waited for an identical call in flight instead of sending its own."""
-
-
-@dataclass
-class CacheStats:
-    calls: int = 0
-    fresh_hits: int = 0
-    revalidations: int = 0
-    misses: int = 0
-    bypasses: int = 0
-    stored: int = 0
-    not_stored: int = 0
-    coalesced: int = 0
-    store_failures: int = 0
-    bytes_saved: int = 0
-    """Answer bytes that did not cross the wire: whole answers on fresh hits, answer minus the
-    not-modified reply on revalidations."""
-
-    def record(self, outcome: CallOutcome) -> None:
-        self.calls += 1
-        self.bytes_saved += outcome.bytes_saved
-        if outcome.coalesced:
-            self.coalesced += 1
-            return
-        if outcome.status == "fresh_hit":
-            self.fresh_hits += 1
-        elif outcome.status == "revalidated":
-            self.revalidations += 1
-        elif outcome.status == "miss":
-            self.misses += 1
-        else:
-            self.bypasses += 1
-        if outcome.status in ("miss", "bypass"):
-            if outcome.stored:
-                self.stored += 1
-            else:
-                self.not_stored += 1
-
-    def as_dict(self) -> dict[str, int]:
-        return dict(vars(self))
-
 
 class Connection(Protocol):
-    """What the driver needs from one connected client; the wrappers implement it."""
+    """What the driver needs from one connected client, for one call; the wrappers implement it."""
 
     server_id: str
     era: str
+    timeout_s: float | None
+    """The caller's read timeout (its own, or its client's default); None: no bound."""
+
+    async def send(
+        self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None, timeout_s: float | None
+    ) -> CallToolResult | None:
+        """The call, its answer not checked against the tool's output schema (a not-modified reply would
+        fail the check; the driver checks full answers itself). None when the answer is not a plain tool
+        result (the driver then sends the call through `send_plain`)."""
 
     async def send_plain(self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None) -> CallToolResult:
-        """An ordinary call through the client's own path (its output-schema validation included)."""
-
-    async def send_conditional(
-        self, name: str, arguments: dict[str, Any], meta: dict[str, Any]
-    ) -> CallToolResult | None:
-        """The call with a tag, without the client's validation (a not-modified reply would fail it).
-        None when the conditional form cannot be used (the driver then sends an ordinary call)."""
+        """The call through the client's own path, its checks included."""
 
     async def validate(self, name: str, result: CallToolResult) -> None:
         """Raise as the client would for an answer that does not fit the tool's output schema (the SDK's
@@ -125,37 +88,6 @@ class Connection(Protocol):
 
     async def read_only(self, name: str) -> bool | None:
         """The tool's readOnlyHint, as the server announced it (None: unknown)."""
-
-
-def encode_result(result: CallToolResult) -> bytes:
-    # The serializer's bytes directly: model_dump_json would decode them to a str only to encode it again.
-    return result.__pydantic_serializer__.to_json(result, by_alias=True, exclude_none=True)
-
-
-def decode_result(body: bytes) -> CallToolResult | None:
-    # Parsing to Python values first and validating those measured faster than model_validate_json on
-    # answers from 1 KB to 10 MB; pydantic_core keeps integers above 64 bits exact.
-    try:
-        return CallToolResult.model_validate(pydantic_core.from_json(body))
-    except (ValidationError, ValueError):
-        return None
-
-
-def _merged(result: CallToolResult, block: CacheBlock, meta_key: str) -> CallToolResult:
-    """The stored answer with the fresh block on its `_meta`; its other `_meta` keys are kept."""
-    fresh = block.to_wire()
-    fresh.pop(NOT_MODIFIED_KEY, None)  # what the caller gets is a full answer, not a not-modified reply
-    meta = dict(result.meta or {})
-    meta[meta_key] = fresh
-    return result.model_copy(update={"meta": meta})
-
-
-def _claims_not_modified(meta: object, meta_key: str) -> bool:
-    """Whether a reply's raw cache block says `notModified` in any form but absent, null or false."""
-    raw = meta.get(meta_key) if isinstance(meta, Mapping) else None
-    if not isinstance(raw, Mapping) or NOT_MODIFIED_KEY not in raw:
-        return False
-    return raw[NOT_MODIFIED_KEY] is not None and raw[NOT_MODIFIED_KEY] is not False
 
 
 def _unanswerable(name: str) -> CallToolResult:
@@ -166,80 +98,15 @@ def _unanswerable(name: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
 
-@dataclass
-class _Flight:
-    done: anyio.Event = field(default_factory=anyio.Event)
-    result: CallToolResult | None = None
-    outcome: CallOutcome | None = None
-    error: BaseException | None = None
-    body: bytes | None = None
-    """Encoded once, by the first follower, so a call nobody waited for pays nothing for sharing."""
-
-    def copy_for_follower(self) -> tuple[CallToolResult, CallOutcome] | None:
-        """A private copy of the leader's answer, and this follower's outcome (it sent nothing)."""
-        if self.result is None or self.outcome is None:
-            return None
-        if self.body is None:
-            self.body = encode_result(self.result)
-        copy = decode_result(self.body)
-        if copy is None:
-            return None
-        leader = self.outcome
-        saved = len(self.body) if leader.status in ("miss", "bypass") else leader.bytes_saved
-        return copy, CallOutcome(
-            leader.status, False, f"shared an identical call in flight: {leader.reason}", saved, True
-        )
-
-
-@dataclass(frozen=True)
 class _Looked:
-    """What a lookup found (key, entry, item) and what the policy says to do about it."""
+    """What one lookup found, when freshness last ended, and what the policy says to do."""
 
-    found: tuple[str, EntryMeta, Item] | None
-    decision: ServeFresh | Revalidate | Fetch
+    __slots__ = ("decision", "ended_at", "found")
 
-
-class _FencedStore:
-    """The store's operations with every failure turned into a miss (or a skipped write).
-
-    One warning per burst of failures of the same operation, re-armed when that operation succeeds.
-    """
-
-    def __init__(self, store: Store, on_failure: Callable[[], None]) -> None:
-        self.store = store
-        self._on_failure = on_failure
-        self._warned: set[str] = set()
-
-    async def _run(self, op: str, action: Awaitable[Any]) -> Any:
-        try:
-            value = await action
-        except Exception:
-            self._on_failure()
-            if op not in self._warned:
-                self._warned.add(op)
-                logger.warning("tool cache store %s failed; continuing without the cache", op, exc_info=True)
-            return None
-        self._warned.discard(op)
-        return value
-
-    async def load(self, key: str) -> Item | None:
-        item = await self._run("load", self.store.load(key))
-        return item if isinstance(item, Item) else None
-
-    async def load_many(self, keys: list[str]) -> list[Item | None]:
-        items = await self._run("load", self.store.load_many(keys))
-        if not isinstance(items, list) or len(items) != len(keys):
-            return [None] * len(keys)
-        return [item if isinstance(item, Item) else None for item in items]
-
-    async def save(self, key: str, item: Item) -> None:
-        await self._run("save", self.store.save(key, item))
-
-    async def update_meta(self, key: str, meta: Mapping[str, Any], expires_at: float | None) -> None:
-        await self._run("update", self.store.update_meta(key, meta, expires_at))
-
-    async def remove(self, key: str) -> None:
-        await self._run("remove", self.store.remove(key))
+    def __init__(self, found: Found | None, ended_at: float | None, decision: ServeFresh | Revalidate | Fetch):
+        self.found = found
+        self.ended_at = ended_at
+        self.decision = decision
 
 
 class ToolCache:
@@ -251,6 +118,8 @@ class ToolCache:
     trusted: believe the server's readOnlyHint annotations (then calls to tools not marked read-only end
         the freshness of that server's entries in this partition).
     keep_stale_s: how long a tagged entry is kept after it goes stale, for cheap revalidation.
+    store_deadline_s: the longest a call waits on any one store operation; a store that does not answer in
+        time is a miss, and is not asked again for `store_cooldown_s`.
     """
 
     def __init__(
@@ -262,6 +131,8 @@ class ToolCache:
         trusted: bool = False,
         meta_key: str = META_KEY,
         keep_stale_s: float = DEFAULT_KEEP_STALE_S,
+        store_deadline_s: float = DEFAULT_STORE_DEADLINE_S,
+        store_cooldown_s: float = DEFAULT_STORE_COOLDOWN_S,
         clock: Clock = time.time,
     ) -> None:
         if not isinstance(partition, str):
@@ -276,13 +147,15 @@ class ToolCache:
         self.keep_stale_s = keep_stale_s
         self.clock = clock
         self.stats = CacheStats()
-        self._flights: dict[str, _Flight] = {}
+        self._flights = Flights()
         self._validated: LRUCache[tuple[str, str, int], None] = LRUCache(maxsize=4096)
         """Stored answers this process has already checked against the client's output schemas, by (key,
         tag, size): a revalidated answer is checked the first time it is served here, not every time."""
-        self._ended: dict[str, float] = {}
+        self._ended: LRUCache[str, float] = LRUCache(maxsize=4096)
         """When this process last ended freshness, by mark key (see `end_freshness`)."""
-        self._store = _FencedStore(self.store, self._count_store_failure)
+        self._store = FencedStore(
+            self.store, self._count_store_failure, deadline_s=store_deadline_s, cooldown_s=store_cooldown_s
+        )
 
     def _count_store_failure(self) -> None:
         self.stats.store_failures += 1
@@ -292,7 +165,13 @@ class ToolCache:
         self._validated.clear()
 
     def wrap(self, client: Any, *, server_id: str | None = None) -> Any:
-        """A caching view of `client` (an `mcp.Client`, an `mcp.ClientSession` or a `fastmcp.Client`)."""
+        """A caching view of `client` (an `mcp.Client`, an `mcp.ClientSession` or a `fastmcp.Client`).
+
+        server_id: name the server the client talks to, so that other connections to the same server share
+        its entries. Without it the server is named by its endpoint (a URL, or a stdio command with its
+        arguments, working directory and environment); a bare `ClientSession` has no endpoint to name, so
+        its entries are not shared beyond that connection.
+        """
         from mcpcache.client.wrappers import wrap_client
 
         return wrap_client(self, client, server_id=server_id)
@@ -316,52 +195,75 @@ class ToolCache:
         user_meta = dict(meta) if meta else None
         identity = CallIdentity(conn.server_id, self.partition, conn.era, name, args, variant)
         try:
-            private_key = identity.key("private")
+            key = identity.key("private")
         except CanonicalizationError as exc:
-            result = await conn.send_plain(name, args, user_meta)
-            outcome = CallOutcome("bypass", False, f"not cached: arguments have no canonical form ({exc})")
-            return self._finish(result, outcome)
-        if mode != "use":
-            result, outcome = await self._execute_once(conn, identity, private_key, mode, user_meta, None)
-            return self._finish(result, outcome)
-        found: _Looked | None = None
+            mode, why = "bypass", f"not cached: arguments have no canonical form ({exc})"
+        else:
+            why = "bypass: the cache is not consulted and nothing is stored"
+        if mode == "bypass":
+            # Nothing is looked up or kept, but a not-modified reply is still never passed off as an answer.
+            left_alone = _Looked(None, None, Fetch(store=False, reason=why))
+            return self._finish(*await self._send(conn, identity, "", mode, user_meta, left_alone, conn.timeout_s))
+
+        deadline = None if conn.timeout_s is None else anyio.current_time() + conn.timeout_s
         while True:
-            flight = self._flights.get(private_key)
-            if flight is not None:
-                await flight.done.wait()
-                shared = flight.copy_for_follower()
-                if shared is not None:
-                    return self._finish(*shared)
-                if flight.error is not None:
-                    raise flight.error
-                continue  # the leader was cancelled: this call goes on its own
-            if found is None:
-                # A fresh hit sends nothing, so it needs no flight: look first, register only to go out.
-                found = await self._look(identity, private_key)
-                fresh = self._serve_fresh(found)
-                if fresh is not None:
-                    return self._finish(*fresh)
-                continue  # the lookup awaited: an identical call may have taken off meanwhile
-            break
-        flight = _Flight()
-        self._flights[private_key] = flight
+            landed = self._flights.landed(key)
+            looked = await self._look(identity, key, mode)
+            if isinstance(looked.decision, ServeFresh):
+                served = self._serve_fresh(looked)
+                if served is not None:
+                    return self._finish(*served)
+                looked = await self._unreadable(looked)
+            if mode == "use":
+                if self._flights.landed(key) != landed:
+                    continue  # an identical call landed during the lookup: what it stored may be fresh
+                flight = self._flights.current(key)
+                if flight is not None:
+                    join = decide_join(flight.sent_at, looked.ended_at)
+                    match join:
+                        case JoinFlight():
+                            shared = await self._flights.follow(flight, deadline)
+                            if shared is not None:
+                                return self._finish(*shared)
+                            continue  # the leader failed for reasons of its own: this call goes on
+                        case SendOwn():
+                            logger.debug("tool %r: %s", name, join.reason)
+                        case _:
+                            assert_never(join)
+            return await self._lead(conn, identity, key, mode, user_meta, looked, deadline)
+
+    async def _lead(
+        self,
+        conn: Connection,
+        identity: CallIdentity,
+        key: str,
+        mode: CacheMode,
+        user_meta: dict[str, Any] | None,
+        looked: _Looked,
+        deadline: float | None,
+    ) -> tuple[CallToolResult, CallOutcome]:
+        """Send this call for itself and for whoever joins it meanwhile."""
+        flight = self._flights.start(key, self.clock()) if mode == "use" else None
         try:
-            result, outcome = await self._execute_once(conn, identity, private_key, mode, user_meta, found)
-            flight.result, flight.outcome = result, outcome
+            remaining = None if deadline is None else max(deadline - anyio.current_time(), 0.0)
+            result, outcome = await self._send(conn, identity, key, mode, user_meta, looked, remaining)
+            if flight is not None:
+                flight.result, flight.outcome = result, outcome
             return self._finish(result, outcome)
-        except Exception as exc:
-            flight.error = exc
+        except BaseException as exc:
+            if flight is not None:
+                flight.error = exc
             raise
         finally:
-            del self._flights[private_key]
-            flight.done.set()
+            if flight is not None:
+                self._flights.land(key, flight)
 
     def _finish(self, result: CallToolResult, outcome: CallOutcome) -> tuple[CallToolResult, CallOutcome]:
         self.stats.record(outcome)
         logger.debug("tool cache: %s (%s)", outcome.status, outcome.reason)
         return result, outcome
 
-    async def _look(self, identity: CallIdentity, private_key: str) -> _Looked:
+    async def _look(self, identity: CallIdentity, private_key: str, mode: CacheMode) -> _Looked:
         """The entry this partition may be served (its own arm first, then the shared one), when freshness
         last ended, and what to do about it, all from one round trip to the store."""
         arms: list[tuple[Arm, str]] = [("private", private_key)]
@@ -369,33 +271,35 @@ class ToolCache:
             arms.append(("public", identity.key("public", share_public=True)))
         mark_key = identity.mark_key()
         items = await self._store.load_many([key for _, key in arms] + [mark_key])
-        found: tuple[str, EntryMeta, Item] | None = None
+        found: Found | None = None
         for (arm, key), item in zip(arms, items, strict=False):
             if item is None:
                 continue
             entry = EntryMeta.from_json(item.meta)
             if entry is None or entry.tool != identity.tool:
-                await self._store.remove(key)
+                await self._store.remove(key)  # not a record this cache wrote for this call
                 continue
             if may_serve(entry, arm, self.share_public):
-                found = (key, entry, item)
+                found = Found(key, arm, entry, item)
                 break
-        ended = self._ended.get(mark_key)
         mark = items[-1]
-        value = mark.meta.get("endedAt") if mark is not None else None
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            ended = float(value) if ended is None else max(ended, float(value))
-        entry = found[1] if found is not None else None
-        return _Looked(found, decide_lookup("use", entry, self.clock(), ended))
+        ended = freshness_ended_at(self._ended.get(mark_key), mark.meta.get("endedAt") if mark else None)
+        entry = found.entry if found is not None else None
+        return _Looked(found, ended, decide_lookup(mode, entry, self.clock(), ended))
 
     def _serve_fresh(self, looked: _Looked) -> tuple[CallToolResult, CallOutcome] | None:
-        if not isinstance(looked.decision, ServeFresh) or looked.found is None:
-            return None
-        body = looked.found[2].body
+        assert looked.found is not None
+        body = looked.found.item.body
         stored = decode_result(body)
         if stored is None:
             return None
         return stored, CallOutcome("fresh_hit", False, looked.decision.reason, bytes_saved=len(body))
+
+    async def _unreadable(self, looked: _Looked) -> _Looked:
+        """A stored answer that cannot be decoded goes, and the call is a miss."""
+        assert looked.found is not None
+        await self._store.remove(looked.found.key)
+        return _Looked(None, looked.ended_at, Fetch(store=True, reason="miss: the stored answer could not be read"))
 
     async def end_freshness(self, server_id: str, era: str | None = None) -> None:
         """End the freshness of every entry of `server_id` in this partition (their tags stay usable)."""
@@ -405,144 +309,113 @@ class ToolCache:
         # Kept here as well as in the store: a store that fails to save the mark (or loses it to eviction)
         # must not make this process serve, as fresh, entries the server has since changed.
         self._ended[mark_key] = max(now, self._ended.get(mark_key, now))
-        item = Item(meta={"endedAt": now}, body=b"", group="marks", created_at=now)
+        item = Item(meta={"endedAt": now}, body=b"", group="marks", created_at=now, stamp=now)
         await self._store.save(mark_key, item)
 
-    async def _execute_once(
+    async def _send(
         self,
         conn: Connection,
         identity: CallIdentity,
-        private_key: str,
+        key: str,
         mode: CacheMode,
         user_meta: dict[str, Any] | None,
-        looked: _Looked | None,
+        looked: _Looked,
+        timeout_s: float | None,
     ) -> tuple[CallToolResult, CallOutcome]:
         name, args = identity.tool, dict(identity.arguments)
-        if looked is None and mode != "bypass":
-            looked = await self._look(identity, private_key)
-        found = looked.found if looked is not None else None
-        entry = found[1] if found else None
-        lookup = looked.decision if looked is not None and mode == "use" else decide_lookup(mode, entry, 0.0, None)
-
-        if isinstance(lookup, ServeFresh) and found is not None:
-            # Only a stored answer that cannot be read gets here (execute serves readable fresh ones).
-            await self._store.remove(found[0])
-            found, entry = None, None
-            lookup = Fetch(store=True, reason="miss: the stored answer could not be read")
-
-        sent_etag: str | None = None
-        requested_at = self.clock()
-        reply: CallToolResult | None = None
-        if isinstance(lookup, Revalidate):
-            sent_etag = lookup.etag
-            conditional_meta = dict(user_meta or {})
-            conditional_meta[self.meta_key] = {"etag": sent_etag}
-            reply = await conn.send_conditional(name, args, conditional_meta)
-            if reply is None:
-                sent_etag = None
-        if reply is None:
-            reply = await conn.send_plain(name, args, user_meta)
-        store_ok = lookup.store if isinstance(lookup, Fetch) else True
+        found = looked.found
+        lookup = looked.decision
         reason = lookup.reason
+        status: Status = "bypass" if mode == "bypass" else "miss"
+        store = lookup.store if isinstance(lookup, Fetch) else True
+        sent_etag = lookup.etag if isinstance(lookup, Revalidate) else None
         repeated = False
         while True:
-            decision = self._decide(identity, entry, sent_etag, reply, requested_at, store_ok)
-            if isinstance(decision, ServeStored):
-                assert found is not None
-                served = await self._serve_stored(conn, name, found, decision, reply, reason)
-                if served is not None:
-                    return served
-                # The copy the server confirmed cannot be served: it goes, and the whole answer is asked for.
-                await self._store.remove(found[0])
-                found, entry = None, None
-                why = "the stored answer could not be served"
-            elif isinstance(decision, RepeatWithoutTag):
-                why = decision.reason
-                if repeated:
-                    logger.warning("tool %r: %s; giving up", name, why)
-                    status: Status = "bypass" if mode == "bypass" else "miss"
-                    return _unanswerable(name), CallOutcome(status, False, f"{reason}; {why}")
+            requested_at = self.clock()
+            if sent_etag is not None:
+                # Nothing else in the request changes: the caller's `_meta` goes as it would have.
+                request_meta: dict[str, Any] | None = {**(user_meta or {}), self.meta_key: {"etag": sent_etag}}
             else:
-                if sent_etag is not None and not reply.is_error:
-                    # A full answer to a conditional call skipped the client's own output-schema check.
-                    await conn.validate(name, reply)
-                return await self._apply(conn, identity, private_key, found, decision, reply, mode, reason)
+                request_meta = user_meta
+            reply = await conn.send(name, args, request_meta, timeout_s)
+            checked = False
+            if reply is None:
+                sent_etag, checked = None, True
+                reply = await conn.send_plain(name, args, user_meta)
+            decision = decide_reply(
+                tool=name,
+                sent_etag=sent_etag,
+                entry=found.entry if found is not None else None,
+                is_error=reply.is_error,
+                block=reply_block(reply.meta, self.meta_key),
+                size=0,  # filled in by _keep, which encodes the answer only if it is kept
+                requested_at=requested_at,
+                received_at=self.clock(),
+                store=store,
+            )
+            match decision:
+                case ServeStored():
+                    assert found is not None
+                    served = await self._serve_stored(conn, name, found, decision, reply, reason)
+                    if served is not None:
+                        return served
+                    # The copy the server confirmed cannot be served: it goes, and the whole answer is asked for.
+                    await self._store.remove(found.key)
+                    found, why = None, "the stored answer could not be served"
+                case RepeatWithoutTag():
+                    why = decision.reason
+                    if repeated:
+                        logger.warning("tool %r: %s; giving up", name, why)
+                        return _unanswerable(name), CallOutcome(status, False, f"{reason}; {why}")
+                case StoreAnswer() | ReturnUnstored():
+                    if not checked and not reply.is_error:
+                        await conn.validate(name, reply)
+                    return await self._keep(conn, identity, key, found, decision, reply, status, reason)
+                case _:
+                    assert_never(decision)
             logger.info("tool %r: %s; asking again without a tag", name, why)
             reason = f"{reason}; {why}; asked again without a tag"
-            repeated = True
-            sent_etag, requested_at = None, self.clock()
-            reply = await conn.send_plain(name, args, user_meta)
-
-    def _decide(
-        self,
-        identity: CallIdentity,
-        entry: EntryMeta | None,
-        sent_etag: str | None,
-        reply: CallToolResult,
-        requested_at: float,
-        store: bool,
-    ) -> ServeStored | StoreAnswer | ReturnUnstored | RepeatWithoutTag:
-        block = parse_cache_block(reply.meta, self.meta_key)
-        if block is not None and not block.not_modified and _claims_not_modified(reply.meta, self.meta_key):
-            # The tolerant reading makes a malformed `notModified` false, which would store and return the
-            # reply's empty stub as the answer. A claim in any form is a claim: it must match, or be asked again.
-            block = block.model_copy(update={"not_modified": True})
-        return decide_reply(
-            tool=identity.tool,
-            sent_etag=sent_etag,
-            entry=entry,
-            is_error=reply.is_error,
-            block=block,
-            size=0,  # filled in by _apply, which encodes the answer only if it is kept
-            requested_at=requested_at,
-            received_at=self.clock(),
-            store=store,
-        )
+            repeated, sent_etag = True, None
 
     def _expires_at(self, meta: EntryMeta) -> float:
         """When the store may drop the entry, on the store's clock (which judges it), not the cache's."""
         keep = self.keep_stale_s if meta.etag is not None else 0.0
         return self.store.now() + max(meta.fresh_until() - self.clock(), 0.0) + keep
 
-    async def _apply(
+    async def _keep(
         self,
         conn: Connection,
         identity: CallIdentity,
         private_key: str,
-        found: tuple[str, EntryMeta, Item] | None,
+        found: Found | None,
         decision: StoreAnswer | ReturnUnstored,
         reply: CallToolResult,
-        mode: CacheMode,
+        status: Status,
         lookup_reason: str,
     ) -> tuple[CallToolResult, CallOutcome]:
-        name = identity.tool
-        await self._after_server_answer(conn, name, reply)
-        if isinstance(decision, ReturnUnstored):
-            if decision.drop_entry and found is not None:
-                await self._store.remove(found[0])
-            status: Status = "bypass" if mode == "bypass" else "miss"
-            return reply, CallOutcome(status, False, f"{lookup_reason}; {decision.reason}")
-
+        await self._after_server_answer(conn, identity.tool, reply)
+        match decision:
+            case ReturnUnstored():
+                if decision.drop_entry and found is not None:
+                    await self._store.remove(found.key)
+                return reply, CallOutcome(status, False, f"{lookup_reason}; {decision.reason}")
+            case StoreAnswer():
+                pass
+            case _:
+                assert_never(decision)
         body = encode_result(reply)
         meta = replace(decision.meta, size=len(body))
-        if meta.scope == "public" and self.share_public:
-            own, other = identity.key("public", share_public=True), private_key
-        else:
-            own, other = private_key, None
-        item = Item(
-            meta=meta.to_json(),
-            body=body,
-            group="tools",
-            created_at=meta.received_at,
-            expires_at=self._expires_at(meta),
-        )
-        if other is not None:
-            await self._store.remove(other)
-        elif found is not None and found[0] != own:
-            await self._store.remove(found[0])
-        await self._store.save(own, item)
-        # It passed the client's check on its way in (the SDK's on an ordinary call, ours on a conditional
-        # one), so its first serve here need not check it again.
+        arm = store_arm(meta.scope, self.share_public)
+        own = private_key if arm == "private" else identity.key("public", share_public=True)
+        if arm == "public":
+            await self._store.remove(private_key)  # the partition's own copy would shadow the shared one
+        elif found is not None and found.key != own:
+            await self._store.remove(found.key)
+        stored = await self._store.save(own, entry_item(meta, body, self._expires_at(meta)))
+        if not stored:
+            why = "not stored: the store holds a newer answer, or could not take this one"
+            return reply, CallOutcome("miss", False, f"{lookup_reason}; {why}")
+        # It passed the client's check on its way in, so its first serve here need not check it again.
         self._validated[(own, meta.etag or "", len(body))] = None
         return reply, CallOutcome("miss", True, f"{lookup_reason}; {decision.reason}")
 
@@ -550,19 +423,22 @@ class ToolCache:
         self,
         conn: Connection,
         name: str,
-        found: tuple[str, EntryMeta, Item],
+        found: Found,
         decision: ServeStored,
         reply: CallToolResult,
         lookup_reason: str,
     ) -> tuple[CallToolResult, CallOutcome] | None:
-        """The stored copy with the fresh block, checked as the client checks any answer; None if it cannot be
-        read or fails the check (a corrupt or foreign entry: never served, never a failed call)."""
-        key, _, item = found
-        stored = decode_result(item.body)
+        """The copy whose tag was sent, with the fresh block, checked as the client checks any answer; None if
+        it cannot be read or fails the check (a corrupt or foreign entry: never served, never a failed call).
+
+        The store keeps the fresher block only if it still holds that copy: another writer may have replaced
+        it meanwhile, and the confirmation is about the copy whose tag was sent, not about whatever is there.
+        """
+        stored = decode_result(found.item.body)
         if stored is None:
             return None
-        result = _merged(stored, decision.block, self.meta_key)
-        checked = (key, decision.meta.etag or "", len(item.body))
+        result = merged(stored, decision.block, self.meta_key)
+        checked = (found.key, decision.meta.etag or "", len(found.item.body))
         if checked not in self._validated:
             try:
                 await conn.validate(name, result)
@@ -573,8 +449,10 @@ class ToolCache:
                 return None
             self._validated[checked] = None
         meta = decision.meta
-        await self._store.update_meta(key, meta.to_json(), self._expires_at(meta))
-        saved = max(len(item.body) - len(encode_result(reply)), 0)
+        await self._store.update_meta(
+            found.key, meta.to_json(), self._expires_at(meta), if_tag=found.item.tag, stamp=meta.requested_at
+        )
+        saved = max(len(found.item.body) - len(encode_result(reply)), 0)
         return result, CallOutcome("revalidated", False, f"{lookup_reason}; {decision.reason}", saved)
 
     async def _after_server_answer(self, conn: Connection, name: str, reply: CallToolResult) -> None:

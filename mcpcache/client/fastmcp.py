@@ -7,17 +7,23 @@ that step, so `.data` is always parsed from a full answer and never from a not-m
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import mcp_types as mt
 from fastmcp import Client as FastMCPClient
 from fastmcp.client.client import CallToolResult as FastMCPCallToolResult
-from fastmcp.client.transports import FastMCPTransport, StdioTransport, StreamableHttpTransport
+from fastmcp.client.transports import FastMCPTransport, SSETransport, StdioTransport, StreamableHttpTransport
 from mcp import ClientSession
 
 from mcpcache.client.cache import ToolCache
-from mcpcache.client.wrappers import CachedCall, _CachedView, _server_info_id, _strip_userinfo, request_options
+from mcpcache.client.wrappers import (
+    CachedCall,
+    _CachedView,
+    connection_server_id,
+    request_options,
+    stdio_server_id,
+    url_server_id,
+)
 from mcpcache.policy import CacheMode
 
 
@@ -32,13 +38,14 @@ class CachedFastMCPClient(_CachedView):
 
     def _derive_server_id(self) -> str:
         transport = self._client.transport
-        if isinstance(transport, StreamableHttpTransport):
-            return "url:" + _strip_userinfo(str(transport.url))
+        if isinstance(transport, StreamableHttpTransport | SSETransport):
+            return url_server_id(str(transport.url))
         if isinstance(transport, StdioTransport):
-            return "stdio:" + json.dumps([transport.command, list(transport.args), str(transport.cwd or "")])
+            return stdio_server_id(transport.command, transport.args, transport.cwd, transport.env)
         if isinstance(transport, FastMCPTransport):
-            return f"inproc:{transport.server.name}"
-        return _server_info_id(self.session)
+            # One identity per server object in this process: two servers may share a name.
+            return connection_server_id(transport.server, "in-process FastMCP server")
+        return connection_server_id(self.session, "fastmcp.Client")
 
     async def call_mcp(
         self,
@@ -73,7 +80,9 @@ class CachedFastMCPClient(_CachedView):
         )
         return CachedCall(result, outcome)
 
-    async def _call_raw(self, name: str, arguments: dict[str, Any], cache_mode: CacheMode) -> CachedCall:
+    async def call_raw(
+        self, name: str, arguments: dict[str, Any] | None = None, *, cache_mode: CacheMode = "use"
+    ) -> CachedCall:
         return await self.call_mcp(name, arguments, cache_mode=cache_mode)
 
     async def call_tool_mcp(

@@ -15,23 +15,24 @@ sees exactly the checks it would have without the cache.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import secrets
 import weakref
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import mcp_types as mt
 from mcp import Client as MCPClient
 from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import get_default_environment
 from mcp.shared.exceptions import MCPError
-from pydantic import ValidationError
 
 from mcpcache.client.cache import CallOutcome, ToolCache
 from mcpcache.policy import CacheMode
-from mcpcache.refs.references import References, Resolution
-from mcpcache.refs.view import ModelView
 
 logger = logging.getLogger("mcpcache.client")
 
@@ -53,22 +54,6 @@ class CachedCall:
     outcome: CallOutcome
 
 
-@dataclass(frozen=True)
-class ModelCall:
-    """One model-made tool call: what to put in the model's tool message, and how it came about."""
-
-    envelope: dict[str, Any]
-    """The tool message for the model: the view of the answer, or the error that replaced the call."""
-    view: ModelView | None
-    resolution: Resolution
-    outcome: CallOutcome | None
-    """None when the call was not sent (a reference could not be resolved)."""
-
-    @property
-    def called(self) -> bool:
-        return self.outcome is not None
-
-
 def request_options(read_timeout_seconds: float | None, progress_callback: Any) -> dict[str, Any]:
     """What a conditional request passes on to `session.send_request` of the caller's per-call options."""
     options: dict[str, Any] = {}
@@ -81,8 +66,6 @@ def request_options(read_timeout_seconds: float | None, progress_callback: Any) 
 
 def _strip_userinfo(url: str) -> str:
     # Credentials in a URL identify a principal, not a server; they never go into a stored key.
-    from urllib.parse import urlsplit, urlunsplit
-
     parts = urlsplit(url)
     host = parts.hostname or ""
     if parts.port is not None:
@@ -90,45 +73,96 @@ def _strip_userinfo(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, parts.query, ""))
 
 
-def _server_info_id(session: ClientSession) -> str:
-    info = session.server_info
-    if info is None:
-        return "server:anonymous"
-    return f"server:{info.name}:{info.version}"
+def url_server_id(url: str) -> str:
+    """The identity of an HTTP server: its URL without credentials."""
+    return "url:" + _strip_userinfo(url)
+
+
+def stdio_server_id(command: str, args: Sequence[str], cwd: object, env: Mapping[str, str] | None) -> str:
+    """The identity of a stdio server: its command, arguments, working directory and environment.
+
+    The environment is where such servers take their URL and credentials, so it is part of the identity;
+    it is hashed, never kept in clear. With no environment given the SDK passes the server a default one,
+    which is what is hashed then.
+    """
+    if env is None:
+        env = get_default_environment()
+    env_digest = hashlib.sha256(json.dumps(sorted(env.items())).encode()).hexdigest()
+    return "stdio:" + json.dumps([command, list(args), str(cwd or ""), env_digest])
+
+
+_connection_ids: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
+_warned_unnamed = False
+
+
+def connection_server_id(connection: object, what: str) -> str:
+    """An identity that names one connection only (or one in-process server object): two servers that
+    report the same name and version must never be one server for that reason alone."""
+    global _warned_unnamed
+    token = _connection_ids.get(connection)
+    if token is None:
+        token = _connection_ids[connection] = secrets.token_hex(8)
+        if not _warned_unnamed:
+            _warned_unnamed = True
+            logger.info(
+                "mcpcache: the server behind this %s has no endpoint to name, so its cached answers are not shared "
+                "beyond this connection; pass wrap(..., server_id='...') to share them across connections",
+                what,
+            )
+    return f"connection:{token}"
+
+
+def _session_default_timeout(session: ClientSession) -> float | None:
+    # Private: the SDK keeps the client's default read timeout only here, and a follower that waits on
+    # another call's request must know its own bound (tests/client/test_private_apis.py fails if it moves).
+    value = getattr(session, "_session_read_timeout_seconds", None)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _call_tool_adapter(session: ClientSession) -> Any:
+    # Private: the session's parser for every shape a tools/call answer may take at the negotiated version
+    # (a tool result, a request for input, an extension's claimed result). Parsing with it tells a plain
+    # answer from the others without sending the call twice (tests/client/test_private_apis.py).
+    return getattr(session, "_call_tool_adapter", mt.CallToolResult)
 
 
 class _SessionConnection:
     """`Connection` over one `ClientSession`, for one call's options."""
 
-    def __init__(
-        self,
-        view: _CachedView,
-        send_plain: PlainSend,
-        request_options: Mapping[str, Any],
-    ) -> None:
+    def __init__(self, view: _CachedView, send_plain: PlainSend, request_options: Mapping[str, Any]) -> None:
         self._view = view
         self._send_plain = send_plain
         self._options = dict(request_options)
+        explicit = self._options.pop("request_read_timeout_seconds", None)
+        self.timeout_s: float | None = explicit if explicit is not None else _session_default_timeout(view.session)
         self.server_id = view.server_id
         self.era = view.session.protocol_version or "unknown"
 
     async def send_plain(self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None) -> mt.CallToolResult:
         return await self._send_plain(name, arguments, meta)
 
-    async def send_conditional(
-        self, name: str, arguments: dict[str, Any], meta: dict[str, Any]
+    async def send(
+        self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None, timeout_s: float | None
     ) -> mt.CallToolResult | None:
+        # `session.send_request`, not `session.call_tool`: the latter checks every answer against the tool's
+        # output schema, which a not-modified reply need not satisfy, and raises before the cache can see it.
         request = mt.CallToolRequest(params=mt.CallToolRequestParams(name=name, arguments=arguments, _meta=meta))
+        options = dict(self._options)
+        if timeout_s is not None:
+            options["request_read_timeout_seconds"] = timeout_s
+        session = self._view.session
         try:
-            return await self._view.session.send_request(request, mt.CallToolResult, **self._options)
-        except ValidationError:
-            # Not a plain tool answer (e.g. the server asks for input): the ordinary path knows what to do.
-            logger.info("tool %r: conditional call got an answer the cache does not handle; calling again", name)
-            return None
+            answer = await session.send_request(request, _call_tool_adapter(session), **options)
         except MCPError as exc:
             if exc.code == mt.HEADER_MISMATCH:
                 return None
             raise
+        if isinstance(answer, mt.CallToolResult):
+            return answer
+        # Not a plain tool answer (the server asks for input, or an extension claims the result): the
+        # client's own path knows what to do with it, and asks again.
+        logger.info("tool %r: the answer is not a plain tool result; calling again through the client", name)
+        return None
 
     async def validate(self, name: str, result: mt.CallToolResult) -> None:
         await self._view.session.validate_tool_result(name, result)
@@ -208,7 +242,7 @@ class _CachedView:
         raise NotImplementedError
 
     def _derive_server_id(self) -> str:
-        return _server_info_id(self.session)
+        return connection_server_id(self.session, type(self._wrapped).__name__)
 
     @property
     def server_id(self) -> str:
@@ -259,36 +293,12 @@ class _CachedView:
             if not cursor:
                 return tools
 
-    async def _call_raw(self, name: str, arguments: dict[str, Any], cache_mode: CacheMode) -> CachedCall:
-        """The raw `mcp_types.CallToolResult` of a call through the cache."""
+    async def call_raw(
+        self, name: str, arguments: dict[str, Any] | None = None, *, cache_mode: CacheMode = "use"
+    ) -> CachedCall:
+        """A call through the cache whose result is the raw `mcp_types.CallToolResult`, whatever the client
+        type (what references and proxies build on)."""
         raise NotImplementedError
-
-    async def call_for_model(
-        self,
-        name: str,
-        arguments: Mapping[str, Any] | None,
-        *,
-        references: References,
-        cache_mode: CacheMode = "use",
-    ) -> ModelCall:
-        """A tool call as a model makes it: references in `X_uri` arguments resolved before dispatch, the
-        answer through the cache, and what the model should see of it (large answers by reference).
-
-        If a reference cannot be resolved the tool is not called, and `envelope` is the error to hand
-        the model instead.
-        """
-        model_arguments = dict(arguments or {})
-        resolution = await references.resolve(tool=name, arguments=model_arguments)
-        if resolution.arguments is None:
-            assert resolution.error is not None
-            return ModelCall(resolution.error, None, resolution, None)
-        call = await self._call_raw(name, resolution.arguments, cache_mode)
-        # The source recorded is what the model wrote (references, not the megabytes they stood for).
-        view = await references.for_model(call.result, server=self.server_id, tool=name, arguments=model_arguments)
-        envelope = view.envelope
-        if resolution.overridden:
-            envelope = {**envelope, "_overridden": resolution.overridden}
-        return ModelCall(envelope, view, resolution, call.outcome)
 
     async def _execute(
         self,
@@ -322,10 +332,11 @@ class CachedMCPClient(_CachedView):
     def _derive_server_id(self) -> str:
         server = self._client.server
         if isinstance(server, str):
-            return "url:" + _strip_userinfo(server)
+            return url_server_id(server)
         if isinstance(server, StdioServerParameters):
-            return "stdio:" + json.dumps([server.command, list(server.args), str(server.cwd or "")])
-        return _server_info_id(self.session)
+            return stdio_server_id(server.command, server.args, server.cwd, server.env)
+        # An in-process server object or a transport: one identity per object, never its reported name.
+        return connection_server_id(server, "mcp.Client")
 
     async def call(
         self,
@@ -359,7 +370,9 @@ class CachedMCPClient(_CachedView):
         )
         return CachedCall(result, outcome)
 
-    async def _call_raw(self, name: str, arguments: dict[str, Any], cache_mode: CacheMode) -> CachedCall:
+    async def call_raw(
+        self, name: str, arguments: dict[str, Any] | None = None, *, cache_mode: CacheMode = "use"
+    ) -> CachedCall:
         return await self.call(name, arguments, cache_mode=cache_mode)
 
     async def call_tool(
@@ -418,7 +431,9 @@ class CachedSession(_CachedView):
         )
         return CachedCall(result, outcome)
 
-    async def _call_raw(self, name: str, arguments: dict[str, Any], cache_mode: CacheMode) -> CachedCall:
+    async def call_raw(
+        self, name: str, arguments: dict[str, Any] | None = None, *, cache_mode: CacheMode = "use"
+    ) -> CachedCall:
         return await self.call(name, arguments, cache_mode=cache_mode)
 
     async def call_tool(

@@ -53,13 +53,21 @@ class BrokenStore(MemoryStore):
         self._maybe_fail("load")
         return await super().load_many(keys)
 
-    async def save(self, key: str, item: Item) -> None:
+    async def save(self, key: str, item: Item) -> bool:
         self._maybe_fail("save")
-        await super().save(key, item)
+        return await super().save(key, item)
 
-    async def update_meta(self, key: str, meta: Mapping[str, Any], expires_at: float | None) -> bool:
+    async def update_meta(
+        self,
+        key: str,
+        meta: Mapping[str, Any],
+        expires_at: float | None,
+        *,
+        if_tag: str | None = None,
+        stamp: float | None = None,
+    ) -> bool:
         self._maybe_fail("update_meta")
-        return await super().update_meta(key, meta, expires_at)
+        return await super().update_meta(key, meta, expires_at, if_tag=if_tag, stamp=stamp)
 
     async def remove(self, key: str) -> None:
         self._maybe_fail("remove")
@@ -250,7 +258,8 @@ async def test_a_planted_copy_that_fails_the_schema_is_never_served(clock: FakeC
         item = await store.load(key)
         assert item is not None
         planted = orjson.dumps({"content": [{"type": "text", "text": "planted"}]})
-        await store.save(key, Item(meta=item.meta, body=planted, group="tools", created_at=clock()))
+        replanted = Item(meta=item.meta, body=planted, group="tools", created_at=clock(), tag=item.tag, stamp=item.stamp)
+        assert await store.save(key, replanted)
         clock.advance(6)
         lab.seen_meta.clear()
         call = await conn.call("read", K)

@@ -1,0 +1,119 @@
+"""The failing-store fence: every store operation the tool cache makes goes through it.
+
+A failing store is a miss, never a failed call, and a store that does not answer within its deadline is a
+failing store: the fence enforces both, whatever the store does. An operation that raises, or that does
+not finish within `deadline_s`, is abandoned and reported as a miss (a load) or a skipped write (a save).
+
+A store that misses its deadline is not asked again for `cooldown_s` (a circuit): a frozen server or a
+lock held elsewhere costs one deadline, not one per call. A store that fails quickly (refused connection,
+an exception) costs little and is asked again on the next call.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import anyio
+
+from mcpcache.stores.base import Item, Store
+
+logger = logging.getLogger("mcpcache.client")
+
+T = TypeVar("T")
+
+DEFAULT_STORE_DEADLINE_S = 1.0
+DEFAULT_STORE_COOLDOWN_S = 5.0
+
+
+class FencedStore:
+    """The store's operations, each bounded by a deadline, with every failure turned into a miss."""
+
+    def __init__(
+        self,
+        store: Store,
+        on_failure: Callable[[], None],
+        *,
+        deadline_s: float = DEFAULT_STORE_DEADLINE_S,
+        cooldown_s: float = DEFAULT_STORE_COOLDOWN_S,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not deadline_s > 0:
+            raise ValueError(f"store deadline must be > 0 seconds, got {deadline_s!r}")
+        if cooldown_s < 0:
+            raise ValueError(f"store cooldown must be >= 0 seconds, got {cooldown_s!r}")
+        self.store = store
+        self.deadline_s = deadline_s
+        self.cooldown_s = cooldown_s
+        self._on_failure = on_failure
+        self._monotonic = monotonic
+        self._open_until = 0.0
+        self._warned: set[str] = set()
+
+    @property
+    def circuit_open(self) -> bool:
+        return self._monotonic() < self._open_until
+
+    async def _run(self, op: str, action: Callable[[], Awaitable[T]], default: T) -> T:
+        if self.circuit_open:
+            return default
+        try:
+            with anyio.move_on_after(self.deadline_s) as scope:
+                return await action()
+        except Exception:
+            self._failed(op, "failed", exc_info=True)
+            return default
+        if scope.cancelled_caught:
+            # Not asked again for a while: a store that does not answer would otherwise cost every call
+            # its deadline.
+            self._open_until = self._monotonic() + self.cooldown_s
+            self._failed(op, f"did not answer within {self.deadline_s:g} s; not asked for {self.cooldown_s:g} s")
+        return default
+
+    def _failed(self, op: str, what: str, *, exc_info: bool = False) -> None:
+        self._on_failure()
+        # One warning per burst of failures of the same operation, re-armed when that operation succeeds.
+        if op not in self._warned:
+            self._warned.add(op)
+            logger.warning("tool cache store %s %s; continuing without the cache", op, what, exc_info=exc_info)
+
+    def _ok(self, op: str) -> None:
+        self._warned.discard(op)
+
+    async def load_many(self, keys: Sequence[str]) -> list[Item | None]:
+        async def action() -> list[Item | None]:
+            items = await self.store.load_many(keys)
+            self._ok("load")
+            return items
+
+        items = await self._run("load", action, None)
+        if not isinstance(items, list) or len(items) != len(keys):
+            return [None] * len(keys)
+        return [item if isinstance(item, Item) else None for item in items]
+
+    async def save(self, key: str, item: Item) -> bool:
+        async def action() -> bool:
+            stored = await self.store.save(key, item)
+            self._ok("save")
+            return stored is not False  # a store that returns nothing stored it
+
+        return await self._run("save", action, False)
+
+    async def update_meta(
+        self, key: str, meta: Mapping[str, Any], expires_at: float | None, *, if_tag: str | None, stamp: float
+    ) -> bool:
+        async def action() -> bool:
+            updated = await self.store.update_meta(key, meta, expires_at, if_tag=if_tag, stamp=stamp)
+            self._ok("update")
+            return bool(updated)
+
+        return await self._run("update", action, False)
+
+    async def remove(self, key: str) -> None:
+        async def action() -> None:
+            await self.store.remove(key)
+            self._ok("remove")
+
+        await self._run("remove", action, None)

@@ -1,0 +1,114 @@
+"""Single flight: concurrent identical calls share one request.
+
+The leader sends; followers wait for its answer and each get a private copy. Two limits keep sharing
+from changing what a caller is served (docs/protocol.md section 5):
+- who may join is the policy's decision (`mcpcache.policy.decide_join`): never a request sent before the
+  partition's freshness last ended;
+- each caller keeps its own timeout and cancellation. A follower waits no longer than its own timeout
+  and then fails as the SDK fails a timed-out request; a leader that fails for reasons of its own (its
+  timeout, its cancellation) does not fail its followers: they elect a new leader among themselves.
+  Anything else the leader's request raised (an error answer from the server, a closed connection) is
+  what the followers' identical request would have met, and they get it too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import anyio
+import mcp_types as mt
+from cachetools import LRUCache
+from mcp.shared.exceptions import MCPError
+
+from mcpcache.client.entries import decode_result, encode_result
+from mcpcache.client.outcomes import CallOutcome
+
+_TIMED_OUT = "Request 'tools/call' timed out"
+
+
+def timeout_error() -> MCPError:
+    """What the SDK raises for a request whose read timeout elapsed."""
+    return MCPError(code=mt.REQUEST_TIMEOUT, message=_TIMED_OUT)
+
+
+def failure_is_the_leaders_own(exc: BaseException) -> bool:
+    """A leader's timeout or cancellation belongs to its caller, not to the request its followers share."""
+    if isinstance(exc, MCPError):
+        return exc.code == mt.REQUEST_TIMEOUT
+    return isinstance(exc, TimeoutError | anyio.get_cancelled_exc_class())
+
+
+@dataclass
+class Flight:
+    sent_at: float
+    """The cache's clock when the leader decided to send: what `decide_join` compares."""
+    done: anyio.Event = field(default_factory=anyio.Event)
+    result: mt.CallToolResult | None = None
+    outcome: CallOutcome | None = None
+    error: BaseException | None = None
+    body: bytes | None = None
+    """The answer encoded once, by the first follower, so a call nobody waited for pays nothing for sharing."""
+
+    def copy_for_follower(self) -> tuple[mt.CallToolResult, CallOutcome] | None:
+        """A private copy of the leader's answer, and this follower's outcome (it sent nothing)."""
+        if self.result is None or self.outcome is None:
+            return None
+        if self.body is None:
+            self.body = encode_result(self.result)
+        copy = decode_result(self.body)
+        if copy is None:
+            return None
+        leader = self.outcome
+        saved = len(self.body) if leader.status in ("miss", "bypass") else leader.bytes_saved
+        reason = f"shared an identical call in flight: {leader.reason}"
+        return copy, CallOutcome(leader.status, False, reason, saved, coalesced=True)
+
+
+class Flights:
+    """The calls in flight in one cache, by store key."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[str, Flight] = {}
+        self._landed: LRUCache[str, int] = LRUCache(maxsize=4096)
+        """How many flights have landed per key: a lookup that began before one landed looks again."""
+
+    def current(self, key: str) -> Flight | None:
+        return self._by_key.get(key)
+
+    def landed(self, key: str) -> int:
+        return self._landed.get(key, 0)
+
+    def start(self, key: str, sent_at: float) -> Flight:
+        # A newer flight replaces an older one that callers may no longer join; the older still lands.
+        flight = Flight(sent_at)
+        self._by_key[key] = flight
+        return flight
+
+    def land(self, key: str, flight: Flight) -> None:
+        """The leader is done (answered, failed or cancelled); wake its followers. Never raises."""
+        if self._by_key.get(key) is flight:
+            del self._by_key[key]
+        self._landed[key] = self._landed.get(key, 0) + 1
+        flight.done.set()
+
+    @staticmethod
+    async def follow(flight: Flight, deadline: float | None) -> tuple[mt.CallToolResult, CallOutcome] | None:
+        """Wait for the leader until `deadline` (anyio's clock; None: no bound of this caller's own).
+
+        The leader's answer as a private copy; None when the caller should go on its own (the leader failed
+        for reasons of its own or its answer could not be copied). Raises the leader's error when the
+        follower's identical request would have met it, and the SDK's timeout error at the deadline.
+        """
+        if deadline is None:
+            await flight.done.wait()
+        else:
+            with anyio.move_on_after(max(deadline - anyio.current_time(), 0.0)):
+                await flight.done.wait()
+            if not flight.done.is_set():
+                raise timeout_error()
+        shared = flight.copy_for_follower()
+        if shared is not None:
+            return shared
+        if flight.error is not None and not failure_is_the_leaders_own(flight.error):
+            raise flight.error
+        return None

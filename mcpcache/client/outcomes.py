@@ -1,0 +1,63 @@
+"""What the cache did for one call (`CallOutcome`), and the running totals a `ToolCache` keeps (`CacheStats`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Status = Literal["fresh_hit", "revalidated", "miss", "bypass"]
+
+
+@dataclass(frozen=True)
+class CallOutcome:
+    """What the cache did for one call, in terms a caller can log or assert on."""
+
+    status: Status
+    """fresh_hit: served with no request; revalidated: the server said not-modified; miss: a full answer
+    came over the wire; bypass: the cache was not consulted."""
+    stored: bool
+    reason: str
+    bytes_saved: int = 0
+    coalesced: bool = False
+    """True when this call waited for an identical call in flight instead of sending its own."""
+
+
+@dataclass
+class CacheStats:
+    calls: int = 0
+    fresh_hits: int = 0
+    revalidations: int = 0
+    misses: int = 0
+    bypasses: int = 0
+    stored: int = 0
+    not_stored: int = 0
+    coalesced: int = 0
+    store_failures: int = 0
+    """Store operations that raised or missed the store deadline (each one was a miss or a skipped write)."""
+    bytes_saved: int = 0
+    """Answer bytes that did not cross the wire: whole answers on fresh hits, answer minus the
+    not-modified reply on revalidations."""
+
+    def record(self, outcome: CallOutcome) -> None:
+        self.calls += 1
+        self.bytes_saved += outcome.bytes_saved
+        if outcome.coalesced:
+            self.coalesced += 1
+            return
+        match outcome.status:
+            case "fresh_hit":
+                self.fresh_hits += 1
+            case "revalidated":
+                self.revalidations += 1
+            case "miss":
+                self.misses += 1
+            case "bypass":
+                self.bypasses += 1
+        if outcome.status in ("miss", "bypass"):
+            if outcome.stored:
+                self.stored += 1
+            else:
+                self.not_stored += 1
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(vars(self))

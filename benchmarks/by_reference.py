@@ -43,7 +43,7 @@ from mcpcache.bench import byref
 from mcpcache.bench.byref import ROWS, query_answer, time_series
 from mcpcache.bench.common import RedisServer, machine, percentile
 from mcpcache.client import ToolCache
-from mcpcache.refs import References
+from mcpcache.refs import References, call_for_model
 from mcpcache.refs.uri import mint
 from mcpcache.server.fastmcp import install
 from mcpcache.server.policies import CachePolicy, ToolPolicies
@@ -112,12 +112,12 @@ async def model_side() -> dict[str, Any]:
         mcp.Client(InMemoryTransport(chart_server())) as chart_client,
     ):
         query, chart = cache.wrap(query_client), cache.wrap(chart_client)
-        asked = await query.call_for_model("query", {"station": "KSLC"}, references=full)
+        asked = await call_for_model(query, "query", {"station": "KSLC"}, references=full)
         uri = asked.envelope["_cache_uri"]
-        shortened = await query.call_for_model("query", {"station": "KSLC"}, references=short)
+        shortened = await call_for_model(query, "query", {"station": "KSLC"}, references=short)
         by_fragment = {"data_uri": uri + "#/rows", "title": TITLE}
         by_whole = {"data_uri": uri, "title": TITLE}
-        plotted = await chart.call_for_model("plot", by_fragment, references=full)
+        plotted = await call_for_model(chart, "plot", by_fragment, references=full)
         if plotted.envelope.get("rows") != ROWS:
             raise SystemExit(f"the chart server did not get the {ROWS} rows: {plotted.envelope}")
 

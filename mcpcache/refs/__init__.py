@@ -1,5 +1,6 @@
 """Results by reference: `mcp+cache://` URIs a model passes instead of the data (PROTOCOL.md section 6)."""
 
+from mcpcache.refs.calls import ModelCall, call_for_model
 from mcpcache.refs.references import (
     Missing,
     PayloadTooLarge,
@@ -16,6 +17,7 @@ from mcpcache.refs.view import ModelView
 __all__ = [
     "CacheUri",
     "Missing",
+    "ModelCall",
     "ModelView",
     "PayloadTooLarge",
     "References",
@@ -24,6 +26,7 @@ __all__ = [
     "Source",
     "StoredReference",
     "UriError",
+    "call_for_model",
     "mint",
     "parse",
     "with_uri_arguments",

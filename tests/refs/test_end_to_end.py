@@ -30,7 +30,7 @@ from mcp.client._memory import InMemoryTransport
 from support.transports import http_servers
 
 from mcpcache.client import ToolCache
-from mcpcache.refs import References, with_uri_arguments
+from mcpcache.refs import References, call_for_model, with_uri_arguments
 from mcpcache.stores import SQLiteStore
 from mcpcache.tokens import count_tokens
 
@@ -115,7 +115,7 @@ async def test_the_series_moves_between_two_servers_by_reference(
         model = ScriptedModel(await tool_schemas(query_client, chart_client_))
 
         # 1. The model asks for the data; the host stores it and shows the model a view with a reference.
-        asked = await query.call_for_model("query", {"station": "KSLC"}, references=refs)
+        asked = await call_for_model(query, "query", {"station": "KSLC"}, references=refs)
         assert asked.called
         assert asked.view is not None
         assert asked.view.uri is not None
@@ -128,7 +128,7 @@ async def test_the_series_moves_between_two_servers_by_reference(
         # 2. The model passes the rows on by reference; the host resolves them before dispatch.
         tool, arguments = model.plot_from(tool_message)
         before = await plot_calls(chart)
-        plotted = await chart.call_for_model(tool, arguments, references=refs)
+        plotted = await call_for_model(chart, tool, arguments, references=refs)
         assert plotted.called
         assert plotted.resolution.resolved == {"data": [arguments["data_uri"]]}
         assert plotted.envelope["rows"] == 240
@@ -143,7 +143,7 @@ async def test_the_series_moves_between_two_servers_by_reference(
         assert written <= inline / 100
 
         # 4. The same object caches: asking again is a fresh hit, with a new reference to the same data.
-        again = await query.call_for_model("query", {"station": "KSLC"}, references=refs)
+        again = await call_for_model(query, "query", {"station": "KSLC"}, references=refs)
         assert again.outcome is not None
         assert again.outcome.status == "fresh_hit"
         assert again.view is not None
@@ -153,7 +153,7 @@ async def test_the_series_moves_between_two_servers_by_reference(
         # 5. Evicted: the model gets the error envelope, and the chart server is not called.
         await refs.clear_conversation()
         calls_before = await plot_calls(chart)
-        refused = await chart.call_for_model(tool, arguments, references=refs)
+        refused = await call_for_model(chart, tool, arguments, references=refs)
         assert not refused.called
         assert refused.outcome is None
         assert refused.view is None
@@ -170,9 +170,9 @@ async def test_the_series_moves_between_two_servers_by_reference(
 
         # 6. The model follows the hint: call the source again, pass the fresh reference.
         source = missing["source"]
-        fresh = await query.call_for_model(source["tool"], source["arguments"], references=refs)
+        fresh = await call_for_model(query, source["tool"], source["arguments"], references=refs)
         tool, arguments = model.plot_from(json.dumps(fresh.envelope))
-        healed = await chart.call_for_model(tool, arguments, references=refs)
+        healed = await call_for_model(chart, tool, arguments, references=refs)
         assert healed.called
         assert healed.envelope["digest"] == digest(rows)
     await store.close()
@@ -184,9 +184,9 @@ async def test_an_inline_and_a_referenced_argument_together_report_the_override(
     refs = References(store, conversation_id="conv-42")
     async with fastmcp.Client(build_query_server()) as q, mcp.Client(InMemoryTransport(build_chart_server())) as c:
         query, chart = cache.wrap(q), cache.wrap(c)
-        asked = await query.call_for_model("query", {"station": "KSLC"}, references=refs)
+        asked = await call_for_model(query, "query", {"station": "KSLC"}, references=refs)
         uri = asked.envelope["_cache_uri"] + "#/rows"
-        plotted = await chart.call_for_model(
+        plotted = await call_for_model(chart, 
             "plot", {"data": [{"t": "made up"}], "data_uri": uri, "title": "t"}, references=refs
         )
         assert plotted.envelope["rows"] == 240

@@ -29,7 +29,8 @@ def _say(message: str) -> None:
 @app.command("demo-server")
 def demo_server(
     directory: Annotated[
-        Path, typer.Option("--dir", help="Folder of notebooks to serve (paths outside it are refused).")
+        Path,
+        typer.Option("--dir", help="Folder of notebooks to serve (paths outside it and symbolic links are refused)."),
     ] = Path("."),
     http: Annotated[
         int | None,

@@ -10,21 +10,29 @@ can start the same server in every configuration they compare:
 - `memo=True`: FastMCP's `ResponseCachingMiddleware` behind mcpcache, the server-side memo a user
   might reach for first (saves work, not bytes).
 
-Every path argument is confined to the folder the server was started on.
+Every path argument is confined to the folder the server was started on, and symbolic links are
+refused: the server opens each path component relative to the folder without following links, so a
+link (even one pointing inside the folder) is an error for the read and edit tools and is left out of
+list_notebooks. Errors name paths relative to the folder, never the folder itself.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import posixpath
+import secrets
 import stat
-import tempfile
 import threading
-from collections.abc import Mapping
-from pathlib import Path
+import weakref
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal, Required
 
 import anyio.to_thread
-import orjson
+import pydantic_core
 import xxhash
 from fastmcp import FastMCP
 from fastmcp.exceptions import ToolError
@@ -33,7 +41,7 @@ from key_value.aio.stores.memory import MemoryStore
 from mcp_types import ToolAnnotations
 from typing_extensions import TypedDict
 
-from mcpcache.demo.notebooks import notebook_text
+from mcpcache.demo import exact_json
 from mcpcache.server.fastmcp import install
 from mcpcache.server.policies import CachePolicy, ToolPolicies
 
@@ -132,59 +140,124 @@ def _cell_view(index: int, cell: Mapping[str, Any]) -> CellView:
 
 
 class NotebookFolder:
-    """The folder the server serves. Every path a client names goes through `resolve`."""
+    """The folder the server serves. Every path a client names is opened through it, never by name.
+
+    Files are opened relative to a descriptor of the folder, one path component at a time, each with
+    O_NOFOLLOW: a symbolic link anywhere on the way is refused, whatever it points to, and what is
+    read is the file that was opened, so swapping a link in between cannot redirect a read or a
+    write. Edits write a temporary file in the notebook's own (already opened) directory and rename it
+    over the notebook's name there; a rename replaces a link rather than following it.
+
+    Errors name paths relative to the folder only, never the folder's own location.
+    """
 
     def __init__(self, directory: str | Path) -> None:
         self.root = Path(directory).resolve()
-        if not self.root.is_dir():
-            raise NotADirectoryError(f"not a folder: {directory}")
+        # The folder as named too, so an absolute path through a symlinked parent (e.g. /tmp) still matches.
+        self._named = Path(os.path.abspath(directory))
+        try:
+            self._root_fd = os.open(self.root, _DIR_FLAGS & ~os.O_NOFOLLOW)
+        except OSError as exc:
+            raise NotADirectoryError(f"not a folder: {directory}") from exc
+        weakref.finalize(self, os.close, self._root_fd)
         # Edits are read-modify-write; two at once would lose one of them.
         self.edit_lock = threading.Lock()
 
-    def resolve(self, path: str) -> Path:
-        """The notebook `path` names, or a ToolError saying why it is refused."""
+    def parts(self, path: object) -> tuple[str, ...]:
+        """The components of the notebook `path` names, relative to the folder, or a ToolError."""
         if not isinstance(path, str) or not path.strip():
             raise ToolError("path must name a notebook, e.g. 'analysis.ipynb'")
-        candidate = Path(path)
-        if not candidate.is_absolute():
-            candidate = self.root / candidate
-        try:
-            # resolve() follows symlinks, so a link inside the folder that points elsewhere is refused too.
-            resolved = candidate.resolve()
-        except (OSError, ValueError) as exc:  # a symlink loop, an embedded NUL
-            raise ToolError(f"refused: {path!r} is not a usable path ({exc})") from exc
-        if not resolved.is_relative_to(self.root):
+        if "\x00" in path:
+            raise ToolError("refused: the path contains a NUL character")
+        given = PurePosixPath(path)
+        if given.is_absolute():
+            for base in (self.root, self._named):
+                normal = PurePosixPath(posixpath.normpath(given))
+                if normal.is_relative_to(base.as_posix()):
+                    given = normal.relative_to(base.as_posix())
+                    break
+            else:
+                # Not echoed: an absolute path says nothing useful the client did not send.
+                raise ToolError("refused: that absolute path is outside the notebook folder")
+        normal_text = posixpath.normpath(given.as_posix())
+        if normal_text == ".." or normal_text.startswith("../"):
             raise ToolError(f"refused: {path!r} is outside the notebook folder")
-        if resolved.suffix != ".ipynb":
-            raise ToolError(f"refused: {path!r} is not a .ipynb notebook")
-        if not resolved.is_file():
-            raise ToolError(f"no notebook at {path!r} (use list_notebooks to see what is there)")
-        return resolved
+        if normal_text == ".":
+            raise ToolError("path must name a notebook, e.g. 'analysis.ipynb'")
+        shown = normal_text
+        if PurePosixPath(normal_text).suffix != ".ipynb":
+            raise ToolError(f"refused: {shown!r} is not a .ipynb notebook")
+        return tuple(normal_text.split("/"))
 
-    def relative(self, path: Path) -> str:
-        return path.relative_to(self.root).as_posix()
+    @contextmanager
+    def open(self, path: object) -> Iterator[_Opened]:
+        """The notebook `path` names, opened without following any symlink; closed on exit."""
+        parts = self.parts(path)
+        shown = "/".join(parts)
+        opened: list[int] = []
+        try:
+            dir_fd = self._root_fd
+            for depth, part in enumerate(parts[:-1]):
+                dir_fd = self._open_at(dir_fd, part, _DIR_FLAGS, shown, "/".join(parts[: depth + 1]))
+                opened.append(dir_fd)
+            fd = self._open_at(dir_fd, parts[-1], _FILE_FLAGS, shown, shown)
+            opened.append(fd)
+            info = os.fstat(fd)
+            if stat.S_ISDIR(info.st_mode):
+                raise ToolError(f"no notebook at {shown!r}: it is a folder")
+            if not stat.S_ISREG(info.st_mode):
+                raise ToolError(f"no notebook at {shown!r}: it is not a regular file")
+            yield _Opened(shown, dir_fd, parts[-1], fd, info)
+        finally:
+            for fd in reversed(opened):
+                os.close(fd)
+
+    @staticmethod
+    def _open_at(dir_fd: int, name: str, flags: int, shown: str, step: str) -> int:
+        try:
+            return os.open(name, flags, dir_fd=dir_fd)
+        except OSError as exc:
+            # Classify for the message only; what was opened (nothing) is already decided.
+            try:
+                is_link = stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+            except OSError:
+                is_link = False
+            if is_link:
+                where = "is" if step == shown else f"goes through {step!r}, which is"
+                raise ToolError(
+                    f"refused: {shown!r} {where} a symbolic link (the demo server follows no symlinks)"
+                ) from None
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                raise ToolError(f"no notebook at {shown!r} (use list_notebooks to see what is there)") from None
+            if exc.errno == errno.EISDIR:
+                raise ToolError(f"no notebook at {shown!r}: it is a folder") from None
+            if exc.errno in (errno.EACCES, errno.EPERM):
+                raise ToolError(f"cannot read {shown!r}: permission denied") from None
+            raise ToolError(f"cannot open {shown!r}: {exc.strerror or 'error'}") from None
 
     def entries(self) -> list[NotebookEntry]:
-        entries: list[NotebookEntry] = []
-        for found in sorted(self.root.rglob("*.ipynb")):
-            parts = found.relative_to(self.root).parts
-            if any(part.startswith(".") for part in parts):
-                continue  # .ipynb_checkpoints and other hidden folders
-            resolved = found.resolve()
-            if not resolved.is_relative_to(self.root) or not resolved.is_file():
-                continue
-            entries.append({"path": self.relative(found), "size_bytes": resolved.stat().st_size})
-        return entries
-
-    def load(self, path: str) -> tuple[Path, dict[str, Any]]:
-        target = self.resolve(path)
+        """The readable notebooks under the folder; anything unreadable (loops, links, no permission) is skipped."""
+        found: list[tuple[tuple[str, ...], int]] = []
         try:
-            notebook = orjson.loads(target.read_bytes())
-        except orjson.JSONDecodeError as exc:
-            raise ToolError(f"{path!r} is not valid notebook JSON: {exc}") from exc
-        if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
-            raise ToolError(f"{path!r} is not an nbformat-4 notebook (no cells list)")
-        return target, notebook
+            # A descriptor of our own: listing reads the directory, and a shared one shares its offset.
+            top = os.open(".", _DIR_FLAGS, dir_fd=self._root_fd)
+        except OSError:
+            return []
+        try:
+            _collect(top, (), found)
+        finally:
+            os.close(top)
+        return [{"path": "/".join(parts), "size_bytes": size} for parts, size in sorted(found)]
+
+    def load(self, path: str) -> tuple[str, dict[str, Any]]:
+        """The notebook for an answer (shown path, parsed JSON): integers exact at any size."""
+        with self.open(path) as opened:
+            data = opened.read()
+        try:
+            notebook = pydantic_core.from_json(data)
+        except ValueError as exc:
+            raise ToolError(f"{opened.shown!r} is not valid notebook JSON: {exc}") from None
+        return opened.shown, _checked(notebook, opened.shown)
 
     def version(self, path: object) -> str | None:
         """The xxh3-128 of the notebook's bytes, or None when `path` is not a notebook here.
@@ -192,38 +265,114 @@ class NotebookFolder:
         Content, never mtime: a file rewritten within the clock's granularity, or restored with its
         old mtime, must still get a new tag.
         """
-        if not isinstance(path, str):
-            return None
         try:
-            target = self.resolve(path)
-            return xxhash.xxh3_128_hexdigest(target.read_bytes())
+            with self.open(path) as opened:
+                return xxhash.xxh3_128_hexdigest(opened.read())
         except (ToolError, OSError):
             # The body will run and give the client the proper error.
             return None
 
-    def write(self, target: Path, notebook: dict[str, Any]) -> None:
-        """Replace the file atomically, so a concurrent reader sees the old notebook or the new one."""
-        cells = [
-            {
-                **cell,
-                "source": _joined(cell.get("source", "")),
-                "outputs": [_joined_output(o) for o in cell.get("outputs", [])],
-            }
-            if cell.get("cell_type") == "code"
-            else {**cell, "source": _joined(cell.get("source", ""))}
-            for cell in notebook["cells"]
-        ]
-        text = notebook_text({**notebook, "cells": cells})
-        fd, temp = tempfile.mkstemp(dir=target.parent, prefix=".", suffix=".ipynb.tmp")
+    def edit(self, path: str, index: int, source: str) -> EditAnswer:
+        """Replace one cell's source; every other byte of meaning (numbers included) stays as it was."""
+        with self.edit_lock, self.open(path) as opened:
+            try:
+                notebook = exact_json.loads(opened.read())
+            except ValueError as exc:
+                raise ToolError(f"{opened.shown!r} is not valid notebook JSON: {exc}") from None
+            cells = _checked(notebook, opened.shown)["cells"]
+            i = _cell_index(index, cells, opened.shown)
+            if not isinstance(cells[i], dict):
+                raise ToolError(f"cell {i} of {opened.shown!r} is not a cell object")
+            # On disk nbformat keeps multi-line strings as lists of lines.
+            cells[i] = {**cells[i], "source": source.splitlines(True)}
+            try:
+                _replace(opened, (exact_json.dumps(notebook) + "\n").encode("utf-8"))
+            except OSError as exc:
+                raise ToolError(f"cannot write {opened.shown!r}: {exc.strerror or 'error'}") from None
+            return {"kind": KIND_EDIT, "path": opened.shown, "index": i, "cell_count": len(cells)}
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: opening a FIFO named like a notebook must not hang the server.
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+_MAX_DEPTH = 32
+
+
+@dataclass(frozen=True)
+class _Opened:
+    shown: str
+    """The path relative to the folder, as answers and errors name it."""
+    dir_fd: int
+    """The directory the notebook was opened in (edits write there)."""
+    name: str
+    fd: int
+    info: os.stat_result
+
+    def read(self) -> bytes:
+        with os.fdopen(self.fd, "rb", closefd=False) as handle:
+            return handle.read()
+
+
+def _checked(notebook: object, shown: str) -> dict[str, Any]:
+    if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
+        raise ToolError(f"{shown!r} is not an nbformat-4 notebook (no cells list)")
+    return notebook
+
+
+def _collect(dir_fd: int, prefix: tuple[str, ...], found: list[tuple[tuple[str, ...], int]]) -> None:
+    try:
+        with os.scandir(dir_fd) as listing:
+            entries = list(listing)
+    except OSError:
+        return
+    for entry in entries:
+        if entry.name.startswith("."):
+            continue  # .ipynb_checkpoints and other hidden folders, and our temporary files
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-            # mkstemp creates the file 0600; the notebook keeps the permissions it had.
-            os.chmod(temp, stat.S_IMODE(target.stat().st_mode))
-            os.replace(temp, target)
-        except BaseException:
-            Path(temp).unlink(missing_ok=True)
-            raise
+            if entry.is_dir(follow_symlinks=False):
+                if len(prefix) < _MAX_DEPTH:
+                    sub = os.open(entry.name, _DIR_FLAGS, dir_fd=dir_fd)
+                    try:
+                        _collect(sub, (*prefix, entry.name), found)
+                    finally:
+                        os.close(sub)
+            elif entry.name.endswith(".ipynb") and entry.is_file(follow_symlinks=False):
+                # Opened, not just stat'ed: what is listed is what read_notebook can read.
+                fd = os.open(entry.name, _FILE_FLAGS, dir_fd=dir_fd)
+                try:
+                    info = os.fstat(fd)
+                finally:
+                    os.close(fd)
+                if stat.S_ISREG(info.st_mode):
+                    found.append(((*prefix, entry.name), info.st_size))
+        except OSError:
+            continue  # gone, a loop, a link swapped in, no permission: skip it, list the rest
+
+
+def _replace(opened: _Opened, data: bytes) -> None:
+    """Atomically replace the opened notebook's name in its directory, so readers see old or new."""
+    for _attempt in range(100):
+        temp = f".{opened.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            fd = os.open(
+                temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=opened.dir_fd
+            )
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise ToolError(f"cannot write {opened.shown!r}: no free temporary name")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            # The notebook keeps the permissions it had.
+            os.fchmod(handle.fileno(), stat.S_IMODE(opened.info.st_mode))
+            handle.write(data)
+        # rename() never follows a link at the destination: a link swapped in is replaced, not written through.
+        os.replace(temp, opened.name, src_dir_fd=opened.dir_fd, dst_dir_fd=opened.dir_fd)
+    except BaseException:
+        with suppress(OSError):
+            os.unlink(temp, dir_fd=opened.dir_fd)
+        raise
 
 
 def _cell_index(index: int, cells: list[Any], path: str) -> int:
@@ -283,22 +432,33 @@ def build_demo_server(
         raise ValueError("peer_sha256 replaces mcpcache: pass revalidation=False")
     folder = NotebookFolder(directory)
     response_memo = _Memo(ttl_seconds=TTL_MS // 1000) if memo else None
-    server = FastMCP(name, middleware=[response_memo.middleware] if response_memo is not None else None)
+    # Masked: an unexpected exception's text (an OSError names absolute paths) never reaches a client.
+    server = FastMCP(
+        name,
+        middleware=[response_memo.middleware] if response_memo is not None else None,
+        mask_error_details=True,
+    )
     read_only = ToolAnnotations(read_only_hint=True)
 
     @server.tool(annotations=read_only)
     def list_notebooks() -> NotebookList:
-        """List the notebooks in the served folder (relative paths, sizes in bytes)."""
+        """List the notebooks in the served folder (relative paths, sizes in bytes).
+
+        Hidden folders, symbolic links and anything unreadable are left out.
+        """
         return {"kind": KIND_LIST, "notebooks": folder.entries()}
 
     @server.tool(annotations=read_only)
     def read_notebook(path: str) -> NotebookAnswer:
-        """Read a whole notebook: every cell with its source and outputs (images as base64 PNG)."""
-        target, notebook = folder.load(path)
+        """Read a whole notebook: every cell with its source and outputs (images as base64 PNG).
+
+        `path` is relative to the served folder; symbolic links are refused.
+        """
+        shown, notebook = folder.load(path)
         cells = [_cell_view(i, cell) for i, cell in enumerate(notebook["cells"]) if isinstance(cell, Mapping)]
         return {
             "kind": KIND_READ,
-            "path": folder.relative(target),
+            "path": shown,
             "nbformat": int(notebook.get("nbformat", 4)),
             "nbformat_minor": int(notebook.get("nbformat_minor", 0)),
             "metadata": dict(notebook.get("metadata") or {}),
@@ -309,12 +469,12 @@ def build_demo_server(
     @server.tool(annotations=read_only)
     def read_cell(path: str, index: int) -> CellAnswer:
         """Read one cell (0-based index) with its source and outputs."""
-        target, notebook = folder.load(path)
+        shown, notebook = folder.load(path)
         cells = notebook["cells"]
-        i = _cell_index(index, cells, path)
+        i = _cell_index(index, cells, shown)
         return {
             "kind": KIND_CELL,
-            "path": folder.relative(target),
+            "path": shown,
             "cell_count": len(cells),
             "cell": _cell_view(i, cells[i]),
         }
@@ -323,16 +483,7 @@ def build_demo_server(
     async def edit_cell(path: str, index: int, source: str) -> EditAnswer:
         """Replace the source of one cell (0-based index); its outputs are kept until it is run again."""
 
-        def edit() -> EditAnswer:
-            with folder.edit_lock:
-                target, notebook = folder.load(path)
-                cells = notebook["cells"]
-                i = _cell_index(index, cells, path)
-                cells[i] = {**cells[i], "source": source}
-                folder.write(target, notebook)
-            return {"kind": KIND_EDIT, "path": folder.relative(target), "index": i, "cell_count": len(cells)}
-
-        answer = await anyio.to_thread.run_sync(edit)
+        answer = await anyio.to_thread.run_sync(folder.edit, path, index, source)
         if response_memo is not None:
             await response_memo.invalidate()
         return answer

@@ -16,6 +16,9 @@ from urllib.parse import quote, unquote
 
 SCHEME = "mcp+cache"
 PREFIX = f"{SCHEME}://"
+OURS = f"{SCHEME}:"
+"""Anything that starts with this (any case, after any leading whitespace) is ours: resolved if it is a
+well-formed reference in the right place, refused otherwise, never handed to a tool as a plain string."""
 TOKEN_CHARS = 11
 MAX_URI_LENGTH = 2048
 """A longer string is not a reference anybody minted; it is refused before any other work."""
@@ -69,8 +72,16 @@ def mint(conversation_id: str) -> CacheUri:
 
 
 def is_cache_uri(value: object) -> bool:
-    """True for any string in our scheme, well-formed or not (a malformed one is still ours to refuse)."""
-    return isinstance(value, str) and value[: len(PREFIX)].lower() == PREFIX
+    """True for any string in our scheme, well-formed or not (a malformed one is still ours to refuse).
+
+    That is any string starting with `mcp+cache:`, in any case (a URI scheme is case-insensitive), also
+    after leading whitespace: `mcp+cache:conv/tok` or ` mcp+cache://conv/tok` is not another scheme but a
+    reference written wrong, and passing it on would hand the tool a string where the model meant data.
+    """
+    if not isinstance(value, str):
+        return False
+    head = value[: len(OURS)] if not value[:1].isspace() else value.lstrip()[: len(OURS)]
+    return head.lower() == OURS
 
 
 def parse(value: object) -> CacheUri:
@@ -81,6 +92,10 @@ def parse(value: object) -> CacheUri:
         raise UriError(f"a reference is at most {MAX_URI_LENGTH} characters, this one has {len(value)}")
     if not is_cache_uri(value):
         raise UriError(f"not an {PREFIX} reference")
+    if value[:1].isspace():
+        raise UriError("a reference has no whitespace before it")
+    if value[: len(PREFIX)].lower() != PREFIX:
+        raise UriError(f"a reference starts with {PREFIX} (with both slashes), then <conversation>/<token>")
     rest = value[len(PREFIX) :]
     rest, hash_mark, fragment = rest.partition("#")
     conversation, slash, token = rest.partition("/")

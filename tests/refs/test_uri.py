@@ -137,7 +137,12 @@ def test_fragment_is_a_percent_decoded_json_pointer(fragment: str, pointer: str)
         (["mcp+cache://c/AAAAAAAAAAA"], "string"),
         ("", "not an"),
         ("https://example.com/x", "not an"),
-        ("mcp+cache:/c/AAAAAAAAAAA", "not an"),
+        ("mcp+cache:/c/AAAAAAAAAAA", "both slashes"),
+        ("mcp+cache:c/AAAAAAAAAAA", "both slashes"),
+        ("MCP+Cache:c/AAAAAAAAAAA", "both slashes"),
+        ("mcp+cache:", "both slashes"),
+        (" mcp+cache://c/AAAAAAAAAAA", "whitespace"),
+        ("\tmcp+cache://c/AAAAAAAAAAA", "whitespace"),
         ("mcp+cache://", "form"),
         ("mcp+cache://c", "form"),
         ("mcp+cache://c/", "token"),
@@ -210,7 +215,10 @@ def test_minted_uris_with_random_pointers_round_trip(conversation_id: str, path:
 
 @given(st.text(max_size=200))
 def test_is_cache_uri_tells_our_scheme_from_others(text: str) -> None:
-    assert is_cache_uri(text) == text.lower().startswith("mcp+cache://")
+    # Anything starting with `mcp+cache:` is ours (in any case, after any leading whitespace), `//` or not.
+    assert is_cache_uri(text) == text.lstrip().lower().startswith("mcp+cache:")
+    assert is_cache_uri("mcp+cache:" + text)
+    assert is_cache_uri(" \n" + "MCP+CACHE:" + text)
 
 
 @pytest.mark.parametrize(
@@ -221,8 +229,10 @@ def test_is_cache_uri_tells_our_scheme_from_others(text: str) -> None:
         "mcp+cachex://c/AAAAAAAAAAA",
         "mcp-cache://c/AAAAAAAAAAA",
         "file:///etc/passwd",
-        " mcp+cache://c/AAAAAAAAAAA",
         "data:application/json,{}",
+        "mcp+cache",
+        "mcp+cach://c/AAAAAAAAAAA",
+        "x mcp+cache://c/AAAAAAAAAAA",
         None,
         7,
         b"mcp+cache://c/AAAAAAAAAAA",
@@ -233,10 +243,14 @@ def test_other_schemes_and_values_are_not_ours(value: object) -> None:
     assert not is_cache_uri(value)
 
 
-def test_a_malformed_reference_in_our_scheme_is_still_ours_to_refuse() -> None:
-    assert is_cache_uri("mcp+cache://../x")
+@pytest.mark.parametrize(
+    "value",
+    ["mcp+cache://../x", "mcp+cache:c/AAAAAAAAAAA", "mcp+cache:/c/AAAAAAAAAAA", " mcp+cache://c/AAAAAAAAAAA"],
+)
+def test_a_malformed_reference_in_our_scheme_is_still_ours_to_refuse(value: str) -> None:
+    assert is_cache_uri(value)
     with pytest.raises(UriError):
-        parse("mcp+cache://../x")
+        parse(value)
 
 
 # -- JSON pointers (RFC 6901) ------------------------------------------------------------------------

@@ -8,6 +8,7 @@ replaced by a marker that names what it was, how big it is, and the exact refere
 
 from __future__ import annotations
 
+import decimal
 import json
 import math
 from collections.abc import Mapping
@@ -46,18 +47,28 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+class Unencodable(ValueError):
+    """A value no JSON can be written for here: an integer past Python's 4,300-digit conversion limit,
+    nesting deeper than the encoders' recursion limits, a cycle, an object whose string form raises."""
+
+
 def encode_json(value: Any) -> tuple[bytes, bool]:
     """The compact UTF-8 JSON of `value`, and True when only the standard library could write it.
 
-    Never raises: a tool result is not refused for holding a number orjson cannot write. The flag
-    matters on the way back, because orjson would read such a number as a float and lose digits.
+    A tool result is not refused for holding a number orjson cannot write (the flag matters on the way
+    back, because orjson would read such a number as a float and lose digits). What neither encoder can
+    write raises Unencodable, and only that.
     """
     try:
         # OPT_NON_STR_KEYS: a host's own result dict may have int keys; the model sees them as strings anyway.
         return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY), False
-    except orjson.JSONEncodeError:
+    except Exception:  # orjson.JSONEncodeError, or whatever a hostile object's own methods raise
+        pass
+    try:
         # ensure_ascii: a lone surrogate is written as an escape instead of failing the UTF-8 encoding.
         return json.dumps(_plain(value), separators=(",", ":"), ensure_ascii=True).encode(), True
+    except Exception as exc:  # RecursionError, ValueError (digits, cycles), a __str__ that raises...
+        raise Unencodable(f"{type(exc).__name__}: {str(exc)[:200]}") from exc
 
 
 def json_bytes(value: Any) -> bytes:
@@ -157,7 +168,90 @@ class ModelView:
     """JSON pointers of the members replaced by markers."""
 
     def text(self) -> str:
-        return json_bytes(self.envelope).decode()
+        """The envelope as JSON text. Never raises: what no encoder can write (see `Unencodable`) is
+        written by `lenient_json`, whole."""
+        try:
+            return json_bytes(self.envelope).decode()
+        except Unencodable:
+            return lenient_json(self.envelope)
+
+
+_TEXT, _VALUE, _LEAVE = 0, 1, 2
+
+
+def _string_of(value: Any) -> str:
+    try:
+        return str(value)
+    except Exception:
+        return f"<{type(value).__name__} that cannot be shown>"
+
+
+def _int_text(value: int) -> str:
+    try:
+        return str(int(value))
+    except ValueError:  # past the 4,300-digit limit of int -> str; Decimal has no such limit
+        return str(decimal.Decimal(int(value)))
+
+
+def lenient_json(value: Any) -> str:
+    """JSON text for any value, whole, without recursion and without raising.
+
+    For what the encoders refuse: integers of any length keep every digit, any depth is written, NaN and
+    infinities are null, keys and values JSON has no form for are written as their string form, and a
+    container inside itself is written as the string "<cycle>".
+    """
+    out: list[str] = []
+    stack: list[tuple[int, Any]] = [(_VALUE, value)]
+    open_ids: set[int] = set()
+    while stack:
+        kind, item = stack.pop()
+        if kind == _TEXT:
+            out.append(item)
+            continue
+        if kind == _LEAVE:
+            open_ids.discard(item)
+            continue
+        if isinstance(item, BaseModel):
+            try:
+                item = item.model_dump(mode="json", by_alias=True)
+            except Exception:
+                item = _string_of(item)
+        if isinstance(item, Mapping | list | tuple | set | frozenset):
+            if id(item) in open_ids:
+                out.append('"<cycle>"')
+                continue
+            is_map = isinstance(item, Mapping)
+            try:
+                entries = list(item.items()) if isinstance(item, Mapping) else [(None, v) for v in item]
+            except Exception:
+                out.append(json.dumps(_string_of(item)))
+                continue
+            open_ids.add(id(item))
+            stack.append((_LEAVE, id(item)))
+            stack.append((_TEXT, "}" if is_map else "]"))
+            for index in range(len(entries) - 1, -1, -1):
+                key, member = entries[index]
+                stack.append((_VALUE, member))
+                comma = "," if index else ""
+                if is_map:
+                    name = key if isinstance(key, str) else _string_of(key)
+                    stack.append((_TEXT, comma + json.dumps(name) + ":"))
+                elif comma:
+                    stack.append((_TEXT, comma))
+            out.append("{" if is_map else "[")
+        elif item is None:
+            out.append("null")
+        elif isinstance(item, bool):
+            out.append("true" if item else "false")
+        elif isinstance(item, int):
+            out.append(_int_text(item))
+        elif isinstance(item, float):
+            out.append(repr(float(item)) if math.isfinite(item) else "null")
+        elif isinstance(item, str):
+            out.append(json.dumps(item))
+        else:
+            out.append(json.dumps(_string_of(item)))
+    return "".join(out)
 
 
 def shorten(payload: Any, envelope: dict[str, Any], uri: CacheUri, budget: int) -> tuple[dict[str, Any], list[str]]:

@@ -186,8 +186,8 @@ async def test_an_inline_and_a_referenced_argument_together_report_the_override(
         query, chart = cache.wrap(q), cache.wrap(c)
         asked = await call_for_model(query, "query", {"station": "KSLC"}, references=refs)
         uri = asked.envelope["_cache_uri"] + "#/rows"
-        plotted = await call_for_model(chart, 
-            "plot", {"data": [{"t": "made up"}], "data_uri": uri, "title": "t"}, references=refs
+        plotted = await call_for_model(
+            chart, "plot", {"data": [{"t": "made up"}], "data_uri": uri, "title": "t"}, references=refs
         )
         assert plotted.envelope["rows"] == 240
         assert plotted.envelope["_overridden"] == ["data"]

@@ -32,6 +32,7 @@ from servers.catalog import (
     policy_of,
 )
 from support.calls import block_of, call_conditional, call_raw, call_stock, raw_block, wire
+from support.tags import tag_of
 from support.transports import ERAS, MODERN, ClientKind, Era, ServerTarget, StockClient, stock_client
 
 from mcpcache.etag import content_tag, validator_tag
@@ -121,7 +122,7 @@ async def test_every_shape_is_its_plain_answer_plus_the_cache_block(kind: Server
     assert without_block(cached) == wire(plain)
     assert raw_block(plain) is None
     block = raw_block(cached)
-    etag = content_tag(cached.content, cached.structured_content)
+    etag = tag_of(cached)
     assert block == expected_block(tool, etag)
     if tool in ("doc_result", "doc_mcp_result"):
         assert cached.meta is not None
@@ -186,7 +187,7 @@ async def test_a_matching_tag_gets_not_modified_and_a_change_gets_the_new_answer
         new_tag = assert_full(changed).etag
         assert new_tag is not None
         assert new_tag != tag
-        assert new_tag == content_tag(changed.content, changed.structured_content)
+        assert new_tag == tag_of(changed)
         assert "second edition" in str(wire(changed)["content"])
 
         again = await call_conditional(client, tool, args, new_tag)
@@ -220,7 +221,7 @@ async def test_an_error_is_never_stamped_nor_not_modified(
     async with connect(server) as client:
         first = await call_stock(client, tool, args)
         # The tag the error would carry if errors were stamped: sending it must still get the error.
-        would_be = content_tag(first.content, first.structured_content)
+        would_be = tag_of(first)
         conditional = await call_conditional(client, tool, args, would_be)
     for result in (first, conditional):
         assert result.is_error
@@ -234,9 +235,7 @@ async def test_etag_false_stamps_hints_but_never_a_tag(server: FastMCP | MCPServ
     async with connect(server) as client:
         first = await call_stock(client, "doc_untagged", args)
         assert raw_block(first) == {"ttlMs": 5000, "cacheScope": "private"}
-        conditional = await call_conditional(
-            client, "doc_untagged", args, content_tag(first.content, first.structured_content)
-        )
+        conditional = await call_conditional(client, "doc_untagged", args, tag_of(first))
     assert wire(conditional) == wire(first)
 
 
@@ -358,7 +357,7 @@ async def test_sdk_whatever_reaches_the_extension_a_tag_matches_what_was_sent(
                 assert block is not None
                 tagged[name] = block.etag
                 if block.etag is not None:
-                    assert block.etag == content_tag(result.content, result.structured_content)
+                    assert block.etag == tag_of(result)
     logged = {name for name in tagged if any(name in r.getMessage() for r in caplog.records)}
     assert logged == {name for name, etag in tagged.items() if etag is None}
     assert tagged["as_any"] is not None
@@ -380,7 +379,7 @@ async def test_fastmcp_never_tags_a_nan_answer(caplog: pytest.LogCaptureFixture)
             tag = assert_full(first).etag
             conditional = await call_conditional(client, "nan_answer", args, tag)
     assert first.structured_content == {"x": None, "y": 1.5}
-    assert tag == content_tag(first.content, first.structured_content)
+    assert tag == tag_of(first)
     assert block_of(conditional) is not None
     assert block_of(conditional).not_modified  # type: ignore[union-attr]
     assert not [r for r in caplog.records if r.name == SERVER_LOGGER]
@@ -487,7 +486,7 @@ async def test_a_failing_validator_falls_back_to_hashing_the_answer(
             first = await call_stock(client, "doc_validator_fails", args)
             tag = assert_full(first).etag
             reply = await call_conditional(client, "doc_validator_fails", args, tag)
-    assert tag == content_tag(first.content, first.structured_content)
+    assert tag == tag_of(first)
     assert_not_modified(reply, etag=tag, kind="doc", ttl_ms=0, scope="private")  # type: ignore[arg-type]
     assert store.runs_of("doc_validator_fails", "broken") == 2  # hashing saves bandwidth, not work
     failures = [r for r in caplog.records if r.name == SERVER_LOGGER and "validator failed" in r.getMessage()]
@@ -606,7 +605,7 @@ async def test_a_validator_is_not_trusted_for_a_tool_a_memo_answers(store: DocSt
         store.write("memo-v", "second edition")  # the memo still holds the first edition
         second = await call_raw(client, "memo_doc", args)
     for answer in (first, second):
-        sent_tag = content_tag(answer.content, answer.structured_content)
+        sent_tag = tag_of(answer)
         assert block_of(answer).etag == sent_tag  # type: ignore[union-attr]
     assert second.structured_content == first.structured_content
 

@@ -33,6 +33,7 @@ from servers.catalog import (
     policy_of,
 )
 from support.calls import block_of, call_conditional, call_stock, raw_block, wire
+from support.tags import tag_of
 from support.transports import (
     CLIENT_KINDS,
     ERAS,
@@ -47,7 +48,6 @@ from support.transports import (
     stock_client,
 )
 
-from mcpcache.etag import content_tag
 from mcpcache.protocol import EXTENSION_ID, META_KEY, conditional_request_meta, extension_settings
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -124,7 +124,7 @@ async def test_stock_and_conditional_calls(
             etag = expected_tags[tool]
             policy = policy_of(tool)
             assert raw_block(full) == {"ttlMs": policy.ttl_ms, "cacheScope": policy.scope, "etag": etag}
-            assert content_tag(full.content, full.structured_content) == etag
+            assert tag_of(full) == etag
             assert (full.structured_content is not None) is STRUCTURED[tool]
 
             assert_section_4(await call_conditional(client, tool, args, etag), tool, etag)
@@ -150,7 +150,7 @@ async def test_stock_and_conditional_calls(
             assert not new.not_modified
             assert new.etag is not None
             assert new.etag != old.etag
-            assert new.etag == content_tag(changed.content, changed.structured_content)
+            assert new.etag == tag_of(changed)
             assert "second edition" in str(wire(changed)["content"])
             assert_section_4(await call_conditional(client, tool, args, new.etag), tool, new.etag)
 
@@ -166,9 +166,7 @@ async def test_errors_and_malformed_tags_over_http(
     async with stock_client("mcp", ServerTarget.http(kind, http_urls[kind]), era) as client:
         for tool in ("fails", "refuses"):
             first = await call_stock(client, tool, {"key": key})
-            again = await call_conditional(
-                client, tool, {"key": key}, content_tag(first.content, first.structured_content)
-            )
+            again = await call_conditional(client, tool, {"key": key}, tag_of(first))
             for result in (first, again):
                 assert result.is_error
                 assert raw_block(result) is None

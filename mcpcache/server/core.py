@@ -1,9 +1,17 @@
 """The server half's decisions, shared by the FastMCP and MCP SDK adapters.
 
-An adapter hands `Revalidator.call` the tool name, the arguments, the request's `_meta`, a way to run
-the rest of the chain (the tool body), and a way to read what came back. It gets an `Outcome` telling it
-what to send: the body's result untouched, the result with a cache block merged into its `_meta`, or a
-not-modified reply. The decisions themselves (`decide_*`) are pure functions.
+Two questions, each answered by a pure function (no I/O, no hashing, no logging) that returns a typed
+decision with a reason a person can read:
+
+- `decide_before_body`: with a validator's tag in hand, may the body be skipped (`SkipBody`) or must it
+  run (`RunBody`)?
+- `decide_after_body`: given what the body answered and the tag of that answer, send it as it is
+  (`SendAsIs`), send it with a cache block (`Stamp`), or answer not-modified (`AnswerNotModified`)?
+
+`Revalidator.call` is the driver: it runs the validator, the body and the hash, hands the results to the
+decisions, logs their reasons, and returns an `Outcome` telling the adapter what to send: the body's
+result untouched (`PassThrough`), the result with a cache block merged into its `_meta` (`Stamped`), or
+a not-modified reply (`NotModified`).
 """
 
 from __future__ import annotations
@@ -12,7 +20,7 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, assert_never
 
 from pydantic import BaseModel
 
@@ -27,11 +35,152 @@ R = TypeVar("R")
 
 @dataclass(frozen=True)
 class Answer:
-    """What a tool answered, read off the adapter's own result type."""
+    """What a tool answered, read off the adapter's own result type.
+
+    `meta` is the result's `_meta` as the tool and the framework left it, before any cache block is
+    merged in: the tag covers it (without the block).
+    """
 
     content: Sequence[BaseModel | Mapping[str, Any]]
     structured_content: Any
     is_error: bool
+    meta: Mapping[str, Any] | None = None
+
+
+# Decisions before the body ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunBody:
+    """Run the tool body; the answer decides the rest."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class SkipBody:
+    """The validator's tag matches the request's: send `reply` without running the body."""
+
+    reply: NotModifiedReply
+    reason: str
+
+
+BeforeBody = RunBody | SkipBody
+
+
+def validator_matches(requested: str | None, pre_tag: str | None) -> bool:
+    """The request carries a well-formed tag weakly equal to the validator's tag."""
+    return requested is not None and pre_tag is not None and weak_equal(requested, pre_tag)
+
+
+def decide_block(policy: CachePolicy, tag: str | None) -> CacheBlock:
+    """The cache block a declared tool's answer carries; the tag only when the tool stamps tags."""
+    return CacheBlock(ttl_ms=policy.ttl_ms, cache_scope=policy.scope, etag=tag if policy.etag else None)
+
+
+def decide_before_body(
+    tool: str,
+    policy: CachePolicy,
+    requested: str | None,
+    pre_tag: str | None,
+    structured: bool | None,
+    *,
+    own_kind: str | None = None,
+    meta_key: str = META_KEY,
+) -> BeforeBody:
+    """`pre_tag`: the validator's tag (None without a validator, or when it gave no version).
+
+    `structured`: whether the tool answers with structuredContent (None: not known yet). `own_kind` is
+    the kind the tool's answers last carried: the body does not run, so the first choice of the kind
+    rule (the answer's own kind) can only be remembered.
+    """
+    if pre_tag is None:
+        return RunBody("no validator tag: the tag comes from the answer")
+    if requested is None:
+        return RunBody("no (well-formed) tag in the request")
+    if not weak_equal(requested, pre_tag):
+        return RunBody("the request's tag is not the validator's current one")
+    if structured is None:
+        return RunBody("validator tag matches, but whether the reply needs structuredContent is not known yet")
+    kind = (own_kind or policy.kind or tool) if structured else None
+    return SkipBody(
+        NotModifiedReply.build(decide_block(policy, pre_tag), kind, meta_key), "validator tag matches; body skipped"
+    )
+
+
+# Decisions after the body -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SendAsIs:
+    """Send the body's result exactly as it was: no cache block."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """Send the body's result with `block` merged into its `_meta`."""
+
+    block: CacheBlock
+    reason: str
+
+
+@dataclass(frozen=True)
+class AnswerNotModified:
+    """Send `reply` instead of the answer."""
+
+    reply: NotModifiedReply
+    reason: str
+
+
+AfterBody = SendAsIs | Stamp | AnswerNotModified
+
+
+def needs_content_tag(policy: CachePolicy, pre_tag: str | None, answer: Answer | None) -> bool:
+    """Whether the driver has to hash the answer: a tagging tool's good answer with no validator tag."""
+    return policy.etag and pre_tag is None and answer is not None and not answer.is_error
+
+
+def not_modified_kind(tool: str, policy: CachePolicy, structured_content: Any) -> str | None:
+    """The kind rule: the answer's own string `kind`, else the declared kind, else the tool name; None
+    (no structuredContent in the reply) when the answer has none."""
+    if structured_content is None:
+        return None
+    return answer_kind(structured_content) or policy.kind or tool
+
+
+def decide_after_body(
+    tool: str,
+    policy: CachePolicy,
+    requested: str | None,
+    tag: str | None,
+    answer: Answer | None,
+    *,
+    meta_key: str = META_KEY,
+) -> AfterBody:
+    """`tag`: the tag of this answer (the validator's, else the hash of the answer), None when there is
+    none (the tool stamps no tag, or the answer has no canonical form). `answer` None: what came back is
+    not a tool answer (e.g. an input-required leg)."""
+    if answer is None:
+        return SendAsIs("not a tool answer (e.g. input required)")
+    if answer.is_error:
+        return SendAsIs("error results are never stamped")
+    block = decide_block(policy, tag)
+    if block.etag is None:
+        why = "the tool stamps no tag" if not policy.etag else "the answer has no canonical form"
+        if requested is not None:
+            return Stamp(block, f"stamped without a tag ({why}); the conditional call gets the full answer")
+        return Stamp(block, f"stamped without a tag ({why})")
+    if requested is None:
+        return Stamp(block, "stamped (no tag in the request)")
+    if not weak_equal(requested, block.etag):
+        return Stamp(block, "stamped (the request's tag is not the current one)")
+    kind = not_modified_kind(tool, policy, answer.structured_content)
+    return AnswerNotModified(NotModifiedReply.build(block, kind, meta_key), "tag matches the current answer")
+
+
+# What the adapter sends ---------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -63,65 +212,8 @@ class NotModified:
 Outcome = PassThrough[R] | Stamped[R] | NotModified
 
 
-def decide_block(policy: CachePolicy, tag: str | None) -> CacheBlock:
-    return CacheBlock(ttl_ms=policy.ttl_ms, cache_scope=policy.scope, etag=tag if policy.etag else None)
-
-
-def decide_after_body(
-    tool: str,
-    policy: CachePolicy,
-    requested: str | None,
-    pre_tag: str | None,
-    answer: Answer,
-    meta_key: str = META_KEY,
-) -> tuple[CacheBlock | None, NotModifiedReply | None, str]:
-    """Given the answer: (block to stamp, or None to leave it alone; a not-modified reply or None; why)."""
-    if answer.is_error:
-        return None, None, "error results are never stamped"
-    tag = pre_tag
-    if policy.etag and tag is None:
-        try:
-            tag = content_tag(answer.content, answer.structured_content)
-        except CanonicalizationError as exc:
-            logger.warning("tool %r: answer has no canonical form (%s); sent without a tag", tool, exc)
-    block = decide_block(policy, tag)
-    if requested is not None and block.etag is not None and weak_equal(requested, block.etag):
-        kind = None
-        if answer.structured_content is not None:
-            kind = answer_kind(answer.structured_content) or policy.kind or tool
-        return block, NotModifiedReply.build(block, kind, meta_key), "tag matches the current answer"
-    if requested is None:
-        return block, None, "stamped (no tag in the request)"
-    if block.etag is None:
-        return block, None, "stamped without a tag; the conditional call gets the full answer"
-    return block, None, "stamped (the client's tag is not the current one)"
-
-
-def decide_before_body(
-    tool: str,
-    policy: CachePolicy,
-    requested: str | None,
-    pre_tag: str | None,
-    structured: bool | None,
-    meta_key: str = META_KEY,
-    own_kind: str | None = None,
-) -> NotModifiedReply | None:
-    """With a validator tag in hand: a not-modified reply that skips the body, or None to run it.
-
-    `own_kind` is the kind the tool's answers last carried: the body does not run, so the K rule's first
-    choice (the answer's own kind) can only be remembered.
-    """
-    if requested is None or pre_tag is None or not weak_equal(requested, pre_tag):
-        return None
-    if structured is None:
-        # Whether the reply needs structuredContent is unknown until the tool has answered once.
-        return None
-    kind = (own_kind or policy.kind or tool) if structured else None
-    return NotModifiedReply.build(decide_block(policy, pre_tag), kind, meta_key)
-
-
 class Revalidator:
-    """The server half's driver: runs validators and the body when told to, never decides on its own."""
+    """The server half's driver: runs validators, the body and the hash when told to, never decides."""
 
     def __init__(self, policies: ToolPolicies, *, meta_key: str = META_KEY) -> None:
         self.policies = policies
@@ -150,6 +242,13 @@ class Revalidator:
             logger.warning("tool %r: validator value has no canonical form (%s)", tool, exc)
             return None
 
+    def _answer_tag(self, tool: str, answer: Answer) -> str | None:
+        try:
+            return content_tag(answer.content, answer.structured_content, answer.meta, meta_key=self.meta_key)
+        except CanonicalizationError as exc:
+            logger.warning("tool %r: answer has no canonical form (%s); sent without a tag", tool, exc)
+            return None
+
     async def call(
         self,
         *,
@@ -174,24 +273,40 @@ class Revalidator:
         args = arguments or {}
         requested = requested_etag(request_meta, self.meta_key) if policy.etag and not memo_outside else None
         pre_tag = None if memo_inside else await self._version_tag(tool, policy, args)
-        if requested is not None and pre_tag is not None and weak_equal(requested, pre_tag):
+
+        structured: bool | None = None
+        if validator_matches(requested, pre_tag):  # only then is the tool's schema worth looking up
             structured = await has_structured_output() if has_structured_output is not None else None
             if structured is None:
                 structured = self._structured_seen.get(tool)
-            own_kind = self._kind_seen.get(tool)
-            reply = decide_before_body(tool, policy, requested, pre_tag, structured, self.meta_key, own_kind)
-            if reply is not None:
-                return NotModified(reply, body_ran=False, reason="validator tag matches; body skipped")
+        before = decide_before_body(
+            tool, policy, requested, pre_tag, structured, own_kind=self._kind_seen.get(tool), meta_key=self.meta_key
+        )
+        logger.debug("tool %r: %s", tool, before.reason)
+        match before:
+            case SkipBody(reply=reply, reason=reason):
+                return NotModified(reply, body_ran=False, reason=reason)
+            case RunBody():
+                pass
+            case _:
+                assert_never(before)
+
         result = await run_body()
         answer = read_answer(result)
-        if answer is None:
-            return PassThrough(result, "not a tool answer (e.g. input required)")
-        if not answer.is_error:
+        if answer is not None and not answer.is_error:
             self._structured_seen[tool] = answer.structured_content is not None
             self._kind_seen[tool] = answer_kind(answer.structured_content)
-        block, reply, reason = decide_after_body(tool, policy, requested, pre_tag, answer, self.meta_key)
-        if reply is not None:
-            return NotModified(reply, body_ran=True, reason=reason)
-        if block is None:
-            return PassThrough(result, reason)
-        return Stamped(result, block, reason)
+        tag = pre_tag
+        if answer is not None and needs_content_tag(policy, pre_tag, answer):
+            tag = self._answer_tag(tool, answer)
+        after = decide_after_body(tool, policy, requested, tag, answer, meta_key=self.meta_key)
+        logger.debug("tool %r: %s", tool, after.reason)
+        match after:
+            case SendAsIs(reason=reason):
+                return PassThrough(result, reason)
+            case Stamp(block=block, reason=reason):
+                return Stamped(result, block, reason)
+            case AnswerNotModified(reply=reply, reason=reason):
+                return NotModified(reply, body_ran=True, reason=reason)
+            case _:
+                assert_never(after)

@@ -11,7 +11,7 @@ covers (the memo may answer from an older version than the validator names).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
 import mcp_types as mt
 from fastmcp.server.extensions import ServerExtension
@@ -20,7 +20,7 @@ from fastmcp.server.middleware.caching import ResponseCachingMiddleware
 from fastmcp.tools.base import ToolResult
 
 from mcpcache.protocol import EXTENSION_ID, META_KEY, extension_settings, with_block
-from mcpcache.server.core import Answer, NotModified, PassThrough, Revalidator
+from mcpcache.server.core import Answer, NotModified, PassThrough, Revalidator, Stamped
 from mcpcache.server.policies import ToolPolicies
 
 if TYPE_CHECKING:
@@ -54,7 +54,12 @@ def memos_around(chain: list[Middleware], me: Middleware, tool: str) -> tuple[bo
 def _read_answer(result: ToolResult) -> Answer | None:
     if getattr(result, "input_required", None) is not None:
         return None
-    return Answer(content=result.content, structured_content=result.structured_content, is_error=result.is_error)
+    return Answer(
+        content=result.content,
+        structured_content=result.structured_content,
+        is_error=result.is_error,
+        meta=result.meta,  # what the tool and FastMCP put there; the tag covers it
+    )
 
 
 class RevalidationMiddleware(Middleware):
@@ -94,19 +99,20 @@ class RevalidationMiddleware(Middleware):
             memo_inside=memo_inside,
             memo_outside=memo_outside,
         )
-        if isinstance(outcome, PassThrough):
-            return outcome.result
-        if isinstance(outcome, NotModified):
-            reply = outcome.reply
-            return ToolResult(content=[], structured_content=reply.structured_content, meta=reply.meta)
-        result = outcome.result
-        stamped = ToolResult(
-            content=result.content,
-            structured_content=result.structured_content,
-            meta=with_block(result.meta, outcome.block, self.meta_key),
-            is_error=result.is_error,
-        )
-        return stamped
+        match outcome:
+            case PassThrough(result=result):
+                return result
+            case NotModified(reply=reply):
+                return ToolResult(content=[], structured_content=reply.structured_content, meta=reply.meta)
+            case Stamped(result=result, block=block):
+                return ToolResult(
+                    content=result.content,
+                    structured_content=result.structured_content,
+                    meta=with_block(result.meta, block, self.meta_key),
+                    is_error=result.is_error,
+                )
+            case _:
+                assert_never(outcome)
 
 
 class RevalidationCapability(ServerExtension):

@@ -10,14 +10,14 @@ also advertises `EXTENSION_ID` through the SDK's own capability mechanism.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, assert_never
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension
 from mcp_types import CallToolRequestParams, CallToolResult
 
 from mcpcache.protocol import EXTENSION_ID, META_KEY, extension_settings, with_block
-from mcpcache.server.core import Answer, NotModified, PassThrough, Revalidator
+from mcpcache.server.core import Answer, NotModified, PassThrough, Revalidator, Stamped
 from mcpcache.server.policies import ToolPolicies
 
 __all__ = ["RevalidationExtension"]
@@ -26,7 +26,12 @@ __all__ = ["RevalidationExtension"]
 def _read_answer(result: HandlerResult) -> Answer | None:
     if not isinstance(result, CallToolResult):
         return None
-    return Answer(content=result.content, structured_content=result.structured_content, is_error=result.is_error)
+    return Answer(
+        content=result.content,
+        structured_content=result.structured_content,
+        is_error=result.is_error,
+        meta=result.meta,  # what the tool and MCPServer put there; the tag covers it
+    )
 
 
 class RevalidationExtension(Extension):
@@ -56,11 +61,13 @@ class RevalidationExtension(Extension):
             run_body=lambda: call_next(ctx),
             read_answer=_read_answer,
         )
-        if isinstance(outcome, PassThrough):
-            return outcome.result
-        if isinstance(outcome, NotModified):
-            reply = outcome.reply
-            return CallToolResult(content=[], structured_content=reply.structured_content, _meta=reply.meta)
-        result = outcome.result
-        assert isinstance(result, CallToolResult)  # read_answer let nothing else through
-        return result.model_copy(update={"meta": with_block(result.meta, outcome.block, self.meta_key)})
+        match outcome:
+            case PassThrough(result=result):
+                return result
+            case NotModified(reply=reply):
+                return CallToolResult(content=[], structured_content=reply.structured_content, _meta=reply.meta)
+            case Stamped(result=result, block=block):
+                assert isinstance(result, CallToolResult)  # read_answer let nothing else through
+                return result.model_copy(update={"meta": with_block(result.meta, block, self.meta_key)})
+            case _:
+                assert_never(outcome)

@@ -249,12 +249,9 @@ async def test_a_list_mixing_uris_and_other_values_is_refused_naming_the_argumen
         {"data_uri": ["https://a.example/1", "https://a.example/2"]},
         {"data_uri": []},
         {"data_uri": 7, "n_uri": None, "flag_uri": True},
-        {"data_uri": {"uri": "mcp+cache://conv-42/AAAAAAAAAAA"}},
-        {"_uri": "mcp+cache://conv-42/AAAAAAAAAAA"},
-        {"options": {"data_uri": "mcp+cache://conv-42/AAAAAAAAAAA"}},
-        {"rows": [{"data_uri": "mcp+cache://conv-42/AAAAAAAAAAA"}]},
-        {"data": "mcp+cache://conv-42/AAAAAAAAAAA"},
-        {"uri": "mcp+cache://conv-42/AAAAAAAAAAA"},
+        {"data_uri": {"uri": "https://example.com/x"}},
+        {"options": {"data_uri": "file:///tmp/x"}},
+        {"text": "see mcp+cache://conv-42/AAAAAAAAAAA", "other": "mcp-cache://conv-42/AAAAAAAAAAA"},
         {},
     ],
     ids=[
@@ -263,22 +260,63 @@ async def test_a_list_mixing_uris_and_other_values_is_refused_naming_the_argumen
         "empty list",
         "non-string values",
         "an object",
-        "bare _uri",
-        "nested in an object",
-        "nested in a list",
-        "a reference in a non-_uri argument",
-        "an argument named uri",
+        "nested other scheme",
+        "not at the start, or another scheme",
         "no arguments",
     ],
 )
-async def test_what_is_not_a_top_level_reference_passes_through_untouched(
-    harness: Harness, arguments: dict[str, Any]
-) -> None:
+async def test_what_is_not_in_our_scheme_passes_through_untouched(harness: Harness, arguments: dict[str, Any]) -> None:
     refs = harness.refs()
     resolution = await refs.resolve(tool="t", arguments=arguments)
     assert resolution.ok
     assert resolution.arguments == arguments
     assert resolution.resolved == {}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "argument"),
+    [
+        ({"data_uri": {"uri": "mcp+cache://conv-42/AAAAAAAAAAA"}}, "data_uri.uri"),
+        ({"_uri": "mcp+cache://conv-42/AAAAAAAAAAA"}, "_uri"),
+        ({"options": {"data_uri": "mcp+cache://conv-42/AAAAAAAAAAA"}}, "options.data_uri"),
+        ({"rows": [{"data_uri": "mcp+cache://conv-42/AAAAAAAAAAA"}]}, "rows[0].data_uri"),
+        ({"data": "mcp+cache://conv-42/AAAAAAAAAAA"}, "data"),
+        ({"uri": "mcp+cache://conv-42/AAAAAAAAAAA"}, "uri"),
+        ({"data": "mcp+cache:conv-42/AAAAAAAAAAA"}, "data"),
+        ({"data": ("x", {"mcp+cache://conv-42/AAAAAAAAAAA": 1})}, "data[1].mcp+cache://conv-42/AAAAAAAAAAA"),
+    ],
+    ids=[
+        "inside an X_uri object",
+        "bare _uri",
+        "nested in an object",
+        "nested in a list",
+        "a reference in a non-_uri argument",
+        "an argument named uri",
+        "a malformed one in a non-_uri argument",
+        "as a key",
+    ],
+)
+async def test_our_scheme_outside_a_top_level_x_uri_is_refused_never_passed_on(
+    harness: Harness, arguments: dict[str, Any], argument: str
+) -> None:
+    refs = harness.refs()
+    resolution = await refs.resolve(tool="t", arguments=arguments)
+    assert resolution.error is not None
+    [missing] = resolution.error["_missing_uris"]
+    assert missing["argument"] == argument
+    assert missing["reason"] == "malformed"
+    assert "resolved only" in missing["detail"] or "key" in missing["detail"]
+    assert f"{argument}:" in resolution.error["fix_hint"]
+
+
+async def test_a_reference_in_a_plain_argument_is_told_its_x_uri_name(harness: Harness) -> None:
+    refs = harness.refs()
+    uri = str((await refs.for_model(SERIES, server="s", tool="query", arguments=ARGS)).uri)
+    resolution = await refs.resolve(tool="plot", arguments={"data": uri})
+    assert resolution.error is not None
+    [missing] = resolution.error["_missing_uris"]
+    assert missing["detail"] == "a reference is resolved only in an argument named X_uri; give it as data_uri"
+    assert (await refs.resolve(tool="plot", arguments={"data_uri": uri})).arguments == {"data": SERIES}
 
 
 async def test_resolve_never_mutates_the_callers_arguments(harness: Harness) -> None:

@@ -150,7 +150,7 @@ async def test_a_one_megabyte_reference_is_refused_and_not_echoed(harness: Harne
     huge = "mcp+cache://conv-42/" + "A" * 1_000_000
     resolution = await refs.resolve(tool="t", arguments={"data_uri": huge})
     missing = assert_clean_refusal(resolution, "malformed")
-    assert len(missing["uri"]) == 200
+    assert missing["uri"] == huge[:200] + "... (cut, 1,000,020 chars)"
     assert len(json.dumps(resolution.error)) < 2000
 
 
@@ -191,8 +191,13 @@ async def test_arguments_that_are_not_an_object_are_an_error_not_an_exception(ha
 
 async def test_non_string_keys_pass_through(harness: Harness) -> None:
     refs = harness.refs()
-    arguments: dict[Any, Any] = {1: "mcp+cache://conv-42/AAAAAAAAAAA", None: "x", ("a", "_uri"): 1}
+    arguments: dict[Any, Any] = {1: "https://x.example/", None: "x", ("a", "_uri"): 1}
     assert (await refs.resolve(tool="t", arguments=arguments)).arguments == arguments
+    # ... but a string of ours under one is still refused: the tool would receive it all the same.
+    missing = assert_clean_refusal(
+        await refs.resolve(tool="t", arguments={1: "mcp+cache://conv-42/AAAAAAAAAAA"}), "malformed"
+    )
+    assert missing["argument"] == "1"
 
 
 # -- a property: nothing crosses conversations, nothing raises ------------------------------------------

@@ -1,12 +1,14 @@
 """One harness per store kind, so a single contract suite runs unchanged against all three.
 
 A `Backend` opens stores of its kind on storage that lives as long as the test (a fresh SQLite file, a
-fresh Redis namespace on the session's real server), says what time the store sees, and knows how to
-write garbage underneath the store for the corrupt-record tests.
+fresh Redis namespace on the session's real server), says what time the store sees, knows how to write
+garbage underneath the store for the corrupt-record tests, and tells another OS process where to open
+the same store.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import time
 import uuid
@@ -14,9 +16,21 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cachetools import Cache
+
 from mcpcache.stores import MemoryStore, RedisStore, SQLiteStore, Store, StoreLimits
 
 Corruption = Callable[[Store, str], Awaitable[None]]
+
+BYTE_FLIP = "body byte flipped"
+"""The corruption every backend offers: one byte inside a stored body changed underneath the store."""
+
+
+def flip_a_byte(body: bytes) -> bytes:
+    """`body` with its middle byte inverted (the body must not be empty)."""
+    assert body, "cannot flip a byte of an empty body"
+    middle = len(body) // 2
+    return body[:middle] + bytes([body[middle] ^ 0xFF]) + body[middle + 1 :]
 
 
 class FakeClock:
@@ -42,6 +56,9 @@ class Backend:
     persistent: bool
     corruptions: Mapping[str, Corruption] = field(default_factory=dict)
     raw_exists: Callable[[Store, str], Awaitable[bool]] | None = None
+    """Whether anything is still stored under a key, looked up underneath the store."""
+    spawn: tuple[str, str, str] | None = None
+    """(kind, location, namespace) for another OS process to open the same store; None for memory."""
 
     def now(self) -> float:
         return self.clock() if self.clock is not None else time.time()
@@ -49,11 +66,25 @@ class Backend:
 
 def memory_backend() -> Backend:
     clock = FakeClock()
+
+    # A memory store's records live only in its own tables: no file or server can be altered underneath
+    # it, so reaching into those tables (without counting a use) is the only way to corrupt one.
+    async def flip_body(store: Store, key: str) -> None:
+        assert isinstance(store, MemoryStore)
+        record = Cache.__getitem__(store._items, key)
+        Cache.__setitem__(store._items, key, dataclasses.replace(record, body=flip_a_byte(record.body)))
+
+    async def raw_exists(store: Store, key: str) -> bool:
+        assert isinstance(store, MemoryStore)
+        return key in store._items
+
     return Backend(
         name="memory",
         open=lambda limits=None: MemoryStore(limits if limits is not None else StoreLimits(), clock=clock),
         clock=clock,
         persistent=False,
+        corruptions={BYTE_FLIP: flip_body},
+        raw_exists=raw_exists,
     )
 
 
@@ -69,6 +100,12 @@ def sqlite_backend(path: Path) -> Backend:
                 conn.execute(statement, (*params, key))
 
         return corrupt
+
+    async def flip_body(store: Store, key: str) -> None:
+        with sqlite3.connect(path) as conn:
+            where = "WHERE item_id = (SELECT id FROM items WHERE key = ?)"
+            (body,) = conn.execute(f"SELECT body FROM bodies {where}", (key,)).fetchone()
+            conn.execute(f"UPDATE bodies SET body = ? {where}", (flip_a_byte(body), key))
 
     async def raw_exists(store: Store, key: str) -> bool:
         with sqlite3.connect(path) as conn:
@@ -88,8 +125,12 @@ def sqlite_backend(path: Path) -> Backend:
             "body not a blob": sql(
                 "UPDATE bodies SET body = 'text' WHERE item_id = (SELECT id FROM items WHERE key = ?)"
             ),
+            "checksum not text": sql("UPDATE items SET checksum = 7 WHERE key = ?"),
+            "stamp not a number": sql("UPDATE items SET stamp = 'soon' WHERE key = ?"),
+            BYTE_FLIP: flip_body,
         },
         raw_exists=raw_exists,
+        spawn=("sqlite", str(path), "mcpcache"),
     )
 
 
@@ -106,9 +147,17 @@ def redis_backend(url: str) -> Backend:
 
         return corrupt
 
-    async def drop_body(store: Store, key: str) -> None:
+    def drop_field(name: str) -> Corruption:
+        async def corrupt(store: Store, key: str) -> None:
+            assert isinstance(store, RedisStore)
+            await store.client.hdel(store.item_key(key), name)
+
+        return corrupt
+
+    async def flip_body(store: Store, key: str) -> None:
         assert isinstance(store, RedisStore)
-        await store.client.hdel(store.item_key(key), "b")
+        body = await store.client.hget(store.item_key(key), "b")
+        await store.client.hset(store.item_key(key), "b", flip_a_byte(body))
 
     async def wrong_type(store: Store, key: str) -> None:
         assert isinstance(store, RedisStore)
@@ -129,8 +178,13 @@ def redis_backend(url: str) -> Backend:
             "meta a JSON array": hash_field("m", b"[1, 2]"),
             "created_at not a number": hash_field("c", b"yesterday"),
             "group not UTF-8": hash_field("g", b"\xff\xfe"),
-            "body missing": drop_body,
+            "body missing": drop_field("b"),
+            "checksum missing": drop_field("k"),
+            "stamp not a number": hash_field("s", b"soon"),
+            "tag not UTF-8": hash_field("t", b"\xff"),
             "not a hash": wrong_type,
+            BYTE_FLIP: flip_body,
         },
         raw_exists=raw_exists,
+        spawn=("redis", url, namespace),
     )

@@ -6,7 +6,13 @@ backends: a behaviour that differs between stores is a bug in one of them, not a
 
 from __future__ import annotations
 
+import json
+import logging
+import math
 import os
+import random
+import subprocess
+import sys
 import tempfile
 import time
 from collections import OrderedDict
@@ -15,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
+import anyio.to_thread
 import mcp_types as mt
 import pytest
 from hypothesis import given, settings
@@ -22,9 +30,9 @@ from hypothesis import strategies as st
 from mcp.client import CacheEntry, CacheKey
 
 from mcpcache.stores import Item, Store, StoreLimits, Usage
-from mcpcache.stores.base import SDK_GROUP, sdk_store_key
+from mcpcache.stores.base import SDK_GROUP, body_checksum, sdk_store_key
 
-from .backends import Backend, memory_backend, redis_backend, sqlite_backend
+from .backends import BYTE_FLIP, Backend, memory_backend, redis_backend, sqlite_backend
 
 pytestmark = pytest.mark.anyio
 
@@ -345,6 +353,413 @@ class TestConcurrency:
             assert usage == Usage(41, expected)
 
 
+class TestStamps:
+    """An answer to an older request never replaces the item of a newer one."""
+
+    async def test_an_older_stamp_never_replaces_a_newer_item(self, backend: Backend) -> None:
+        newer = Item({"v": "newer"}, b"newer body", "g", 1.0, None, 'W/"2"', 10.0)
+        async with backend.open() as store:
+            assert await store.save("k", newer)
+            assert not await store.save("k", Item({"v": "older"}, b"older body", "other", 2.0, None, 'W/"1"', 9.5))
+            assert await store.load("k") == newer
+            assert await store.usage() == Usage(1, newer.size)
+            assert await store.usage("other") == Usage(0, 0)
+
+    async def test_an_equal_or_later_stamp_replaces(self, backend: Backend) -> None:
+        async with backend.open() as store:
+            assert await store.save("k", Item({"v": 1}, b"first", stamp=10.0))
+            same = Item({"v": 2}, b"same stamp", stamp=10.0)
+            assert await store.save("k", same)
+            assert await store.load("k") == same
+            later = Item({"v": 3}, b"later stamp", tag="t", stamp=10.5)
+            assert await store.save("k", later)
+            assert await store.load("k") == later
+
+    async def test_stamps_are_compared_as_numbers_to_the_last_bit(self, backend: Backend) -> None:
+        async with backend.open() as store:
+            assert await store.save("k", Item({}, b"ten", stamp=10.0))
+            assert not await store.save("k", Item({}, b"nine", stamp=9.0))  # "9.0" > "10.0" as text
+            stamp = 1_750_000_000.123456
+            assert await store.save("k", Item({}, b"now", stamp=stamp))
+            assert not await store.save("k", Item({}, b"one ulp earlier", stamp=math.nextafter(stamp, 0.0)))
+            loaded = await store.load("k")
+            assert loaded is not None
+            assert (loaded.body, loaded.stamp) == (b"now", stamp)
+            assert await store.save("k", Item({}, b"one ulp later", stamp=math.nextafter(stamp, math.inf)))
+
+    async def test_default_stamps_replace_each_other_as_before(self, backend: Backend) -> None:
+        async with backend.open() as store:
+            assert await store.save("k", item(b"one"))
+            assert await store.save("k", item(b"two"))
+            assert await store.load("k") == item(b"two")
+
+    async def test_a_refused_save_changes_nothing_even_when_it_would_have_dropped_the_item(
+        self, backend: Backend
+    ) -> None:
+        async with backend.open(StoreLimits(max_bytes=1000)) as store:
+            newer = Item({}, b"newer", "g", stamp=5.0)
+            await store.save("k", newer)
+            assert not await store.save("k", Item({}, b"late and expired", "g", 0.0, backend.now() - 10, stamp=4.0))
+            assert not await store.save("k", Item({}, b"x" * 2000, "g", stamp=4.0))  # larger than the bound
+            assert await store.load("k") == newer
+
+    async def test_save_says_whether_it_stored(self, backend: Backend) -> None:
+        async with backend.open(StoreLimits(max_bytes=1000)) as store:
+            await store.save("k", item())
+            assert not await store.save("k", Item({}, b"stale", "g", 0.0, backend.now() - 10))
+            assert await store.load("k") is None  # the previous item is dropped all the same
+            await store.save("k", item())
+            assert not await store.save("k", sized(1001))
+            assert await store.load("k") is None
+            assert await store.save("k", sized(1000))
+
+    async def test_a_refused_save_does_not_count_as_a_use(self, backend: Backend) -> None:
+        async with backend.open(StoreLimits(max_items=2)) as store:
+            await store.save("a", Item({}, b"a", stamp=5.0))
+            await store.save("b", Item({}, b"b"))
+            assert not await store.save("a", Item({}, b"older a", stamp=1.0))
+            await store.save("c", Item({}, b"c"))  # a is still the least recently used
+            assert [await store.load(key) is not None for key in "abc"] == [False, True, True]
+
+    async def test_an_expired_item_holds_back_no_stamp(self, backend: Backend) -> None:
+        async with backend.open() as store:
+            soon = backend.now() + short_ttl(backend)
+            await store.save("k", Item({}, b"newer but expiring", "g", 0.0, soon, stamp=10.0))
+            await let_expire(backend, soon, lambda: missing(store, "k"))
+            older = Item({}, b"older", "g", stamp=1.0)
+            assert await store.save("k", older)
+            assert await store.load("k") == older
+
+    async def test_tag_stamp_and_checksum_come_back(self, backend: Backend) -> None:
+        async with backend.open() as store:
+            tagged = Item({"a": 1}, b"tagged", "g", 3.0, None, 'W/"é 1"', 1_750_000_000.5)
+            empty_tag = Item({"a": 1}, b"empty tag", "g", tag="")
+            await store.save("tagged", tagged)
+            await store.save("empty", empty_tag)
+            await store.save("untagged", item(b"untagged"))
+            loaded = await store.load_many(["tagged", "empty", "untagged"])
+            assert loaded == [tagged, empty_tag, item(b"untagged")]
+            assert [i.tag if i is not None else "missing" for i in loaded] == ['W/"é 1"', "", None]
+            assert [i.checksum if i is not None else "" for i in loaded] == [
+                body_checksum(b"tagged"),
+                body_checksum(b"empty tag"),
+                body_checksum(b"untagged"),
+            ]
+
+    async def test_a_checksum_passed_to_save_is_ignored(self, backend: Backend) -> None:
+        async with backend.open() as store:
+            await store.save("k", Item({}, b"body", checksum="not the checksum"))
+            loaded = await store.load("k")
+            assert loaded is not None
+            assert loaded.checksum == body_checksum(b"body")
+
+    async def test_a_stamp_that_cannot_be_ordered_is_refused(self, backend: Backend) -> None:
+        async with backend.open() as store:
+            await store.save("k", item())
+            for stamp in (math.nan, math.inf):
+                with pytest.raises(ValueError, match="stamp"):
+                    await store.save("k", Item({}, b"x", stamp=stamp))
+                with pytest.raises(ValueError, match="stamp"):
+                    await store.update_meta("k", {}, None, stamp=stamp)
+            assert await store.load("k") == item()
+
+
+class TestCompareAndSet:
+    """update_meta(if_tag=...) freshens only the body whose tag the revalidation sent."""
+
+    async def test_a_matching_tag_updates_the_metadata_and_keeps_the_body(self, backend: Backend) -> None:
+        saved = Item({"v": 1}, b"the body", "g", 2.0, None, 'W/"1"', 7.0)
+        async with backend.open() as store:
+            await store.save("k", saved)
+            expires_at = backend.now() + 3600
+            assert await store.update_meta("k", {"v": 2}, expires_at, if_tag='W/"1"')
+            loaded = await store.load("k")
+            assert loaded == Item({"v": 2}, b"the body", "g", 2.0, expires_at, 'W/"1"', 7.0)
+            assert loaded is not None
+            assert loaded.checksum == body_checksum(b"the body")
+
+    async def test_another_tag_changes_nothing(self, backend: Backend) -> None:
+        saved = Item({"v": 1}, b"the body", "g", 2.0, backend.now() + 600, 'W/"1"', 7.0)
+        async with backend.open() as store:
+            await store.save("k", saved)
+            for other in ('W/"2"', '"1"', 'w/"1"', 'W/"1" ', ""):
+                assert not await store.update_meta("k", {"v": 2}, None, if_tag=other), other
+            assert await store.load("k") == saved
+
+    async def test_an_item_without_a_tag_matches_no_tag(self, backend: Backend) -> None:
+        async with backend.open() as store:
+            await store.save("k", item())
+            assert not await store.update_meta("k", {"v": 2}, None, if_tag="")
+            assert not await store.update_meta("k", {"v": 2}, None, if_tag="anything")
+            assert await store.load("k") == item()
+            assert await store.update_meta("k", {"v": 2}, None)  # without if_tag, as before
+            assert await store.load("k") == Item({"v": 2}, b"body", "g")
+
+    async def test_a_missing_item_is_false(self, backend: Backend) -> None:
+        async with backend.open() as store:
+            assert not await store.update_meta("absent", {"v": 2}, None, if_tag="t")
+            assert not await store.update_meta("absent", {"v": 2}, None, if_tag="t", stamp=5.0)
+            assert await store.load("absent") is None
+            assert await store.usage() == Usage(0, 0)
+
+    async def test_an_earlier_stamp_is_refused_and_a_later_one_recorded(self, backend: Backend) -> None:
+        saved = Item({"v": 1}, b"the body", "g", 0.0, None, "t", 10.0)
+        async with backend.open() as store:
+            await store.save("k", saved)
+            assert not await store.update_meta("k", {"v": 2}, None, stamp=9.0)
+            assert not await store.update_meta("k", {"v": 2}, None, if_tag="t", stamp=9.999)
+            assert await store.load("k") == saved
+            assert await store.update_meta("k", {"v": 3}, None, if_tag="t", stamp=10.0)
+            assert await store.update_meta("k", {"v": 4}, None, stamp=12.0)
+            assert await store.load("k") == Item({"v": 4}, b"the body", "g", 0.0, None, "t", 12.0)
+            assert await store.update_meta("k", {"v": 5}, None)  # no stamp given: the stamp is kept
+            assert await store.load("k") == Item({"v": 5}, b"the body", "g", 0.0, None, "t", 12.0)
+            # The recorded stamp now holds back a save of an answer sent before it.
+            assert not await store.save("k", Item({"v": "old"}, b"old", "g", 0.0, None, "t", 11.0))
+            assert await store.save("k", Item({"v": "new"}, b"new", "g", 0.0, None, "u", 12.0))
+
+    async def test_a_refused_update_does_not_count_as_a_use(self, backend: Backend) -> None:
+        async with backend.open(StoreLimits(max_items=2)) as store:
+            await store.save("a", Item({}, b"a", tag="t"))
+            await store.save("b", Item({}, b"b"))
+            assert not await store.update_meta("a", {"v": 2}, None, if_tag="u")
+            await store.save("c", Item({}, b"c"))
+            assert [await store.load(key) is not None for key in "abc"] == [False, True, True]
+
+    async def test_an_admitted_update_that_no_longer_fits_still_drops_the_item(self, backend: Backend) -> None:
+        async with backend.open(StoreLimits(max_bytes=100)) as store:
+            await store.save("k", Item({}, b"x" * 50, tag="t"))
+            assert await store.update_meta("k", {"pad": "p" * 100}, None, if_tag="t")
+            assert await store.load("k") is None
+
+
+class TestChecksums:
+    async def test_a_flipped_body_byte_is_a_miss_and_the_record_is_gone(
+        self, backend: Backend, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        assert backend.raw_exists is not None
+        async with backend.open() as store:
+            await store.save("healthy", item(b"healthy body"))
+            await store.save("victim", Item({"v": 1}, b"victim body", "g", tag="t", stamp=3.0))
+            await backend.corruptions[BYTE_FLIP](store, "victim")
+            with caplog.at_level(logging.WARNING, logger="mcpcache.stores"):
+                assert await store.load("victim") is None
+            warnings = [r for r in caplog.records if r.name.startswith("mcpcache.stores")]
+            assert len(warnings) == 1
+            assert "victim" in warnings[0].getMessage()
+            assert not await backend.raw_exists(store, "victim")  # the second, raw look finds nothing
+            assert await store.load("victim") is None
+            assert await store.load("healthy") == item(b"healthy body")
+            assert await store.usage() == Usage(1, item(b"healthy body").size)
+            assert await store.save("victim", Item({"v": 2}, b"victim body", "g"))  # the key is usable again
+
+    async def test_load_many_verifies_every_body(self, backend: Backend) -> None:
+        assert backend.raw_exists is not None
+        async with backend.open() as store:
+            for key in "abc":
+                await store.save(key, item(f"body {key}".encode()))
+            await backend.corruptions[BYTE_FLIP](store, "b")
+            loaded = await store.load_many(["a", "b", "c", "b"])
+            assert loaded == [item(b"body a"), None, item(b"body c"), None]
+            assert not await backend.raw_exists(store, "b")
+
+    async def test_an_update_of_the_metadata_keeps_the_checksum_honest(self, backend: Backend) -> None:
+        async with backend.open() as store:
+            await store.save("k", item(b"body"))
+            assert await store.update_meta("k", {"v": 2}, None)
+            await backend.corruptions[BYTE_FLIP](store, "k")
+            assert await store.load("k") is None
+
+
+def _stamped(stamp: float) -> Item:
+    """The item an answer to a request sent at `stamp` would be: its stamp is written into all its parts."""
+    return Item({"stamp": stamp}, repr(stamp).encode() * 8, "race", 0.0, None, repr(stamp), stamp)
+
+
+def _tagged(tag: str, n: int) -> Item:
+    """A body of version `tag`: the tag is written into its metadata and its body, to catch mismatches."""
+    return Item({"tag": tag, "freshened": False}, f"{tag}:{n};".encode() * 16, "race", 0.0, None, tag)
+
+
+def _consistent(loaded: Item) -> bool:
+    return loaded.meta.get("tag") == loaded.tag == loaded.body[:1].decode()
+
+
+def _random_stamps(count: int) -> list[float]:
+    """`count` distinct stamps in random order around the current epoch."""
+    return [1_750_000_000 + n / 7 for n in random.sample(range(10_000_000), count)]
+
+
+class TestRacingWriters:
+    """Many writers on one key: the comparisons must be atomic with the writes they guard."""
+
+    async def test_racing_saves_leave_the_item_with_the_greatest_stamp(self, backend: Backend) -> None:
+        stamps = _random_stamps(300)
+        greatest = max(stamps)
+        refused_greatest: list[float] = []
+        async with backend.open() as store:
+
+            async def saver(mine: list[float]) -> None:
+                for stamp in mine:
+                    if not await store.save("hot", _stamped(stamp)) and stamp == greatest:
+                        refused_greatest.append(stamp)
+                    await anyio.lowlevel.checkpoint()
+
+            async with anyio.create_task_group() as tasks:
+                for index in range(30):
+                    tasks.start_soon(saver, stamps[index::30])
+            assert refused_greatest == []
+            assert await store.load("hot") == _stamped(greatest)
+            assert await store.usage() == Usage(1, _stamped(greatest).size)
+
+    async def test_a_revalidation_never_freshens_another_tags_body(self, backend: Backend) -> None:
+        inconsistent: list[Item] = []
+        async with backend.open() as store:
+            await store.save("k", _tagged("A", 0))
+
+            async def look() -> None:
+                loaded = await store.load("k")
+                if loaded is not None and not _consistent(loaded):
+                    inconsistent.append(loaded)
+
+            async def saver(index: int) -> None:
+                for n in range(40):
+                    await store.save("k", _tagged("AB"[(n + index) % 2], n))
+                    await look()
+
+            async def revalidator(index: int) -> None:
+                for n in range(40):
+                    await store.update_meta("k", {"tag": "A", "freshened": True, "by": index, "n": n}, None, if_tag="A")
+                    await look()
+
+            async with anyio.create_task_group() as tasks:
+                for index in range(8):
+                    tasks.start_soon(saver, index)
+                    tasks.start_soon(revalidator, index)
+            assert inconsistent == []
+            final = await store.load("k")
+            assert final is not None
+            assert _consistent(final)
+
+
+RACER = """
+import asyncio, json, sys
+from mcpcache.stores import Item, RedisStore, SQLiteStore, StoreLimits
+
+def open_store(kind, location, namespace):
+    if kind == "sqlite":
+        return SQLiteStore(location, StoreLimits(), namespace=namespace)
+    return RedisStore(location, namespace=namespace)
+
+def stamped(stamp):
+    return Item({"stamp": stamp}, repr(stamp).encode() * 8, "race", 0.0, None, repr(stamp), stamp)
+
+def tagged(tag, n):
+    return Item({"tag": tag, "freshened": False}, f"{tag}:{n};".encode() * 16, "race", 0.0, None, tag)
+
+def consistent(item):
+    return item.meta.get("tag") == item.tag == item.body[:1].decode()
+
+async def main(kind, location, namespace, stamps):
+    refused = []
+    inconsistent = 0
+    async with open_store(kind, location, namespace) as store:
+        await store.usage()  # connected (and the SQLite file prepared) before the start signal
+        print("ready", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+
+        async def saver(mine):
+            for stamp in mine:
+                if not await store.save("hot", stamped(stamp)):
+                    refused.append(stamp)
+
+        async def look():
+            nonlocal inconsistent
+            item = await store.load("k")
+            if item is not None and not consistent(item):
+                inconsistent += 1
+
+        async def tag_saver(index):
+            for n in range(30):
+                await store.save("k", tagged("AB"[(n + index) % 2], n))
+                await look()
+
+        async def revalidator(index):
+            for n in range(30):
+                await store.update_meta("k", {"tag": "A", "freshened": True, "n": n}, None, if_tag="A")
+                await look()
+
+        await asyncio.gather(
+            *(saver(stamps[index::10]) for index in range(10)),
+            *(tag_saver(index) for index in range(5)),
+            *(revalidator(index) for index in range(5)),
+        )
+    print(json.dumps({"refused": refused, "inconsistent": inconsistent}))
+
+asyncio.run(main(*sys.argv[1:4], json.loads(sys.stdin.readline())))
+"""
+
+
+def _race_in_two_processes(spawn: tuple[str, str, str], stamps: list[float]) -> list[dict[str, Any]]:
+    """Run RACER in two OS processes on the store `spawn` names, each given half the stamps, started
+    together once both are connected; their reports."""
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, *spawn],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    try:
+        for index, process in enumerate(processes):
+            assert process.stdin is not None
+            assert process.stdout is not None
+            process.stdin.write(json.dumps(stamps[index::2]) + "\n")
+            process.stdin.flush()
+            ready = process.stdout.readline()
+            assert ready.strip() == "ready", process.communicate(timeout=60)[1]
+        for process in processes:
+            assert process.stdin is not None
+            process.stdin.write("go\n")
+            process.stdin.flush()
+        reports = []
+        for process in processes:
+            stdout, stderr = process.communicate(timeout=120)
+            assert process.returncode == 0, stderr
+            reports.append(json.loads(stdout))
+        return reports
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.communicate(timeout=30)
+
+
+@pytest.mark.slow
+class TestRacingProcesses:
+    """Two OS processes, each with many tasks, on one SQLite file or one Redis namespace."""
+
+    async def test_racing_processes_keep_the_greatest_stamp_and_tags_with_their_bodies(
+        self, persistent_backend: Backend
+    ) -> None:
+        backend = persistent_backend
+        assert backend.spawn is not None
+        stamps = _random_stamps(400)
+        greatest = max(stamps)
+        async with backend.open() as store:
+            await store.save("k", _tagged("A", 0))
+            reports = await anyio.to_thread.run_sync(_race_in_two_processes, backend.spawn, stamps)
+            assert [report["inconsistent"] for report in reports] == [0, 0]
+            assert all(greatest not in report["refused"] for report in reports)
+            assert await store.load("hot") == _stamped(greatest)
+            final = await store.load("k")
+            assert final is not None
+            assert _consistent(final)
+
+
 class TestCorruption:
     async def test_a_corrupt_record_reads_as_none_and_is_deleted(self, persistent_backend: Backend) -> None:
         # Only stores whose records leave the process can find garbage underneath them.
@@ -449,7 +864,9 @@ class TestSDKResponseCacheStore:
 
 
 class ModelStore:
-    """The contract as a few lines of Python: an ordered dict whose order is the LRU order."""
+    """The contract as a few lines of Python: an ordered dict whose order is the LRU order. A save with an
+    earlier stamp than the live item's, and an update_meta whose if_tag or stamp does not pass, change
+    nothing (not even the order)."""
 
     def __init__(self, limits: StoreLimits, clock: Callable[[], float]) -> None:
         self.limits = limits
@@ -484,17 +901,28 @@ class ModelStore:
         self.items.move_to_end(key)
         return self.items[key]
 
-    def save(self, key: str, value: Item) -> None:
-        self._purge()
-        self.items.pop(key, None)
+    def _insert_and_say(self, key: str, value: Item) -> bool:
         self._insert(key, value)
+        return key in self.items
 
-    def update_meta(self, key: str, meta: dict[str, object], expires_at: float | None) -> bool:
+    def save(self, key: str, value: Item) -> bool:
         self._purge()
-        old = self.items.pop(key, None)
-        if old is None:
+        held = self.items.get(key)
+        if held is not None and held.stamp > value.stamp:
+            return False  # refused: not even a use
+        self.items.pop(key, None)
+        return self._insert_and_say(key, value)
+
+    def update_meta(
+        self, key: str, meta: dict[str, object], expires_at: float | None, if_tag: str | None, stamp: float | None
+    ) -> bool:
+        self._purge()
+        old = self.items.get(key)
+        if old is None or (if_tag is not None and old.tag != if_tag) or (stamp is not None and old.stamp > stamp):
             return False
-        self._insert(key, Item(meta, old.body, old.group, old.created_at, expires_at))
+        del self.items[key]
+        new_stamp = old.stamp if stamp is None else stamp
+        self._insert(key, Item(meta, old.body, old.group, old.created_at, expires_at, old.tag, new_stamp))
         return True
 
     def remove(self, key: str) -> None:
@@ -534,6 +962,8 @@ class ModelStore:
 _KEYS = st.sampled_from(["a", "b", "c", "d", "e", "f"])
 _GROUPS = ["", "conv:1", "conv:2"]
 _BODY_SIZES = st.sampled_from([0, 10, 20, 30])  # items of 7, 17, 27 and 37 bytes with {"v":N}
+_TAGS = st.sampled_from([None, "t1", "t2"])
+_STAMPS = st.integers(0, 3).map(float)  # few values: equal, earlier and later stamps all come up
 _CAPS = st.sampled_from([0, 7, 16, 17, 33, 34, 35, 53, 54, 55, 100])
 _BOUNDS = st.sampled_from([17, 27, 37, 44, 53, 54, 55, 64, 81, 100, 150])
 
@@ -541,10 +971,14 @@ _BOUNDS = st.sampled_from([17, 27, 37, 44, 53, 54, 55, 64, 81, 100, 150])
 def _operations() -> st.SearchStrategy[list[tuple[Any, ...]]]:
     ttl = st.one_of(st.none(), st.integers(1, 3)).map(lambda value: value if value != 3 else None)
     by_kind: dict[str, st.SearchStrategy[tuple[Any, ...]]] = {
-        "save": st.tuples(st.just("save"), _KEYS, st.sampled_from(_GROUPS), _BODY_SIZES, st.integers(0, 3), ttl),
+        "save": st.tuples(
+            st.just("save"), _KEYS, st.sampled_from(_GROUPS), _BODY_SIZES, st.integers(0, 3), _TAGS, _STAMPS, ttl
+        ),
         "load": st.tuples(st.just("load"), _KEYS),
         "trim_group": st.tuples(st.just("trim_group"), st.sampled_from(_GROUPS), _CAPS),
-        "update_meta": st.tuples(st.just("update_meta"), _KEYS, st.sampled_from([0, 10, 20]), ttl),
+        "update_meta": st.tuples(
+            st.just("update_meta"), _KEYS, st.sampled_from([0, 10, 20]), _TAGS, st.none() | _STAMPS, ttl
+        ),
         "remove": st.tuples(st.just("remove"), _KEYS),
         "remove_group": st.tuples(st.just("remove_group"), st.sampled_from(_GROUPS)),
         "remove_created_before": st.tuples(
@@ -553,7 +987,7 @@ def _operations() -> st.SearchStrategy[list[tuple[Any, ...]]]:
         "advance": st.tuples(st.just("advance"), st.integers(1, 2)),
     }
     # Weighted towards building state and reordering it; the destructive operations are rarer.
-    weights = {"save": 8, "load": 5, "trim_group": 2, "update_meta": 2}
+    weights = {"save": 8, "load": 5, "trim_group": 2, "update_meta": 3}
     kinds = [kind for kind in by_kind for _ in range(weights.get(kind, 1))]
     return st.lists(st.sampled_from(kinds).flatmap(by_kind.__getitem__), min_size=10, max_size=60)
 
@@ -601,23 +1035,26 @@ async def _agrees_with_the_model(backend: Backend, operations: list[tuple[Any, .
             for group in [None, *_GROUPS]:
                 assert await store.usage(group) == model.usage(group), (operation, group)
         for key in ["a", "b", "c", "d", "e", "f"]:
-            assert await store.load(key) == model.load(key), key
+            loaded = await store.load(key)
+            assert loaded == model.load(key), key
+            assert loaded is None or loaded.checksum == body_checksum(loaded.body), key
         await store.remove_all()
 
 
 async def _apply(store: Store, model: ModelStore, backend: Backend, operation: tuple[Any, ...], step: int) -> None:
     now = backend.now() if backend.clock is not None else 0.0
     match operation:
-        case ("save", key, group, body_size, created, ttl):
-            value = Item({"v": step % 10}, b"b" * body_size, group, float(created), None if ttl is None else now + ttl)
-            await store.save(key, value)
-            model.save(key, value)
+        case ("save", key, group, body_size, created, tag, stamp, ttl):
+            expires_at = None if ttl is None else now + ttl
+            value = Item({"v": step % 10}, b"b" * body_size, group, float(created), expires_at, tag, stamp)
+            assert await store.save(key, value) == model.save(key, value), operation
         case ("load", key):
             assert await store.load(key) == model.load(key), operation
-        case ("update_meta", key, pad, ttl):
+        case ("update_meta", key, pad, if_tag, stamp, ttl):
             meta: dict[str, object] = {"v": step % 10, "pad": "p" * pad}
             expires_at = None if ttl is None else now + ttl
-            assert await store.update_meta(key, meta, expires_at) == model.update_meta(key, meta, expires_at)
+            updated = await store.update_meta(key, meta, expires_at, if_tag=if_tag, stamp=stamp)
+            assert updated == model.update_meta(key, meta, expires_at, if_tag, stamp), operation
         case ("remove", key):
             await store.remove(key)
             model.remove(key)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import subprocess
+import sys
 import time
 import tracemalloc
 import uuid
@@ -19,6 +21,49 @@ from mcpcache.stores import Item, MemoryStore, RedisStore, SQLiteStore, StoreLim
 pytestmark = pytest.mark.anyio
 
 MiB = 1024 * 1024
+
+SCHEMA_V1 = """
+CREATE TABLE items (
+    id INTEGER PRIMARY KEY, ns TEXT NOT NULL, key TEXT NOT NULL, grp TEXT NOT NULL, size INTEGER NOT NULL,
+    created_at REAL NOT NULL, expires_at REAL, accessed INTEGER NOT NULL, meta BLOB NOT NULL, UNIQUE (ns, key)
+);
+CREATE TABLE bodies (item_id INTEGER PRIMARY KEY, body BLOB NOT NULL);
+CREATE TABLE group_usage (ns TEXT NOT NULL, grp TEXT NOT NULL, items INTEGER NOT NULL, bytes INTEGER NOT NULL,
+    PRIMARY KEY (ns, grp));
+CREATE TABLE ns_usage (ns TEXT PRIMARY KEY, items INTEGER NOT NULL, bytes INTEGER NOT NULL);
+CREATE INDEX items_lru ON items (ns, accessed);
+CREATE INDEX items_group_lru ON items (ns, grp, accessed);
+CREATE INDEX items_expiry ON items (ns, expires_at) WHERE expires_at IS NOT NULL;
+CREATE TRIGGER items_counted AFTER INSERT ON items BEGIN
+    INSERT INTO group_usage (ns, grp, items, bytes) VALUES (new.ns, new.grp, 1, new.size)
+        ON CONFLICT (ns, grp) DO UPDATE SET items = items + 1, bytes = bytes + excluded.bytes;
+    INSERT INTO ns_usage (ns, items, bytes) VALUES (new.ns, 1, new.size)
+        ON CONFLICT (ns) DO UPDATE SET items = items + 1, bytes = bytes + excluded.bytes;
+END;
+CREATE TRIGGER items_uncounted AFTER DELETE ON items BEGIN
+    DELETE FROM bodies WHERE item_id = old.id;
+    UPDATE group_usage SET items = items - 1, bytes = bytes - old.size WHERE ns = old.ns AND grp = old.grp;
+    DELETE FROM group_usage WHERE ns = old.ns AND grp = old.grp AND items <= 0;
+    UPDATE ns_usage SET items = items - 1, bytes = bytes - old.size WHERE ns = old.ns;
+END;
+"""
+"""The tables of a version-1 cache file, as the previous release created them."""
+
+
+def write_v1_file(path: Path) -> None:
+    """A version-1 cache file in WAL mode holding one item, as the previous release would leave it."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.executescript(SCHEMA_V1)
+        conn.execute(
+            "INSERT INTO items (ns, key, grp, size, created_at, expires_at, accessed, meta)"
+            " VALUES ('mcpcache', 'old', 'g', 10, 1.0, NULL, 1, CAST('{}' AS BLOB))"
+        )
+        conn.execute("INSERT INTO bodies (item_id, body) VALUES (last_insert_rowid(), x'0102030405060708')")
+        conn.execute("PRAGMA user_version = 1")
+    finally:
+        conn.close()
 
 
 class TestMemoryStore:
@@ -58,6 +103,54 @@ class TestSQLiteStore:
         with sqlite3.connect(tmp_path / "c.db") as conn:
             assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
             assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+    async def test_a_version_1_file_opens_empty_at_version_2(self, tmp_path: Path) -> None:
+        path = tmp_path / "v1.db"
+        write_v1_file(path)
+        async with SQLiteStore(path) as store:
+            # Version-1 rows carry no checksum, so the migration starts the cache over rather than trust them.
+            assert await store.load("old") is None
+            assert await store.usage() == Usage(0, 0)
+            saved = Item({"v": 2}, b"new body", "g", 2.0, None, 'W/"2"', 5.0)
+            assert await store.save("new", saved)
+            assert await store.load("new") == saved
+            assert await store.usage("g") == Usage(1, saved.size)
+        with sqlite3.connect(path) as conn:
+            assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+            assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(items)")}
+            assert {"tag", "stamp", "checksum"} <= columns
+            assert conn.execute("SELECT count(*) FROM items").fetchone()[0] == 1
+        async with SQLiteStore(path) as reopened:  # already at version 2: nothing is dropped again
+            assert await reopened.load("new") == saved
+
+    async def test_two_processes_opening_a_version_1_file_together_migrate_it_once(self, tmp_path: Path) -> None:
+        path = tmp_path / "v1.db"
+        write_v1_file(path)
+        opener = (
+            "import asyncio, sys\n"
+            "from mcpcache.stores import Item, SQLiteStore\n"
+            "async def main(path, name):\n"
+            "    async with SQLiteStore(path) as store:\n"
+            "        assert await store.save(name, Item({}, name.encode()))\n"
+            "asyncio.run(main(*sys.argv[1:]))\n"
+        )
+        runs: list[subprocess.CompletedProcess[bytes]] = []
+
+        async def run(name: str) -> None:
+            runs.append(await anyio.run_process([sys.executable, "-c", opener, str(path), name], check=False))
+
+        async with anyio.create_task_group() as tasks:  # started together: they race to migrate
+            for name in ("first", "second"):
+                tasks.start_soon(run, name)
+        for done in runs:
+            assert done.returncode == 0, done.stderr.decode()
+        async with SQLiteStore(path) as store:
+            assert await store.load_many(["first", "second", "old"]) == [
+                Item({}, b"first"),
+                Item({}, b"second"),
+                None,
+            ]
 
     async def test_a_file_from_a_newer_version_is_refused(self, tmp_path: Path) -> None:
         with sqlite3.connect(tmp_path / "new.db") as conn:

@@ -50,6 +50,9 @@ DEFAULT_MAX_RESOLVED_BYTES = 64 * 1024 * 1024
 MAX_NAME_CHARS = 200
 """Argument names and URIs are quoted in an error envelope up to this many characters, then cut with a note."""
 MAX_DETAIL_CHARS = 500
+_SHOWN_NAME_CHARS = MAX_NAME_CHARS + 100
+"""Argument names are cut where they are found (so the note tells their real length) and may then gain a
+suffix (`[3]`, `_uri`); this second, looser cut on the way out is only a safety net."""
 MAX_SOURCE_CHARS = 1000
 """A source's arguments are repeated in an envelope whole only up to this much JSON."""
 URI_SUFFIX = "_uri"
@@ -136,7 +139,11 @@ class Missing:
 
     def to_json(self) -> dict[str, Any]:
         """For the error envelope: every string cut to a bounded length, with a note where it was cut."""
-        out: dict[str, Any] = {"argument": cut(self.argument), "uri": cut(self.uri), "reason": self.reason}
+        out: dict[str, Any] = {
+            "argument": cut(self.argument, _SHOWN_NAME_CHARS),
+            "uri": cut(self.uri),
+            "reason": self.reason,
+        }
         if self.detail:
             out["detail"] = cut(self.detail, MAX_DETAIL_CHARS)
         if self.source is not None:
@@ -525,7 +532,7 @@ class References:
 
     def _refusal(self, tool: str, problems: list[Missing]) -> Resolution:
         tool = cut(str(tool))
-        described = ", ".join(f"{cut(p.argument)} ({p.reason})" for p in problems)
+        described = ", ".join(f"{cut(p.argument, _SHOWN_NAME_CHARS)} ({p.reason})" for p in problems)
         noun = "reference" if len(problems) == 1 else "references"
         summary = f"{len(problems)} cache {noun} could not be resolved: {described}"
         if len(problems) == 1 and problems[0].argument == "*":
@@ -547,7 +554,7 @@ class References:
                     hint += " Pass a single reference, or a list made only of references."
             else:
                 hint = _FIX_HINTS[p.reason].format(uri=cut(p.uri), tool=source_tool, detail=detail)
-            hints.append(f"{cut(p.argument)}: {hint}")
+            hints.append(f"{cut(p.argument, _SHOWN_NAME_CHARS)}: {hint}")
         envelope = {
             "error": f"invalid_args: {tool} was not called; {summary}",
             "_missing_uris": [p.to_json() for p in problems],
@@ -734,7 +741,7 @@ def _child(path: str, part: str) -> str:
     """`path` extended by `part`, but never much longer than a name is ever shown (deep nesting stays cheap)."""
     if len(path) > MAX_NAME_CHARS:
         return path if path.endswith("...") else path + "..."
-    return path + part
+    return path + cut(part)
 
 
 def _walk(scan: _Scan, shown: str, value: Any) -> None:

@@ -3,7 +3,8 @@
 A store maps string keys to items: a small JSON metadata object kept apart from an opaque body, so a
 revalidation can refresh the metadata of a 20 MB entry without rewriting the 20 MB (the idea
 CacheControl's separate-body cache had). Items carry a group (used to drop or cap a whole conversation's
-references at once), a creation time and an optional hard expiry.
+references at once), a creation time, an optional hard expiry, an optional tag (the body's version) and a
+stamp (when the request behind the item was sent).
 
 Contract, checked by tests/stores/test_contract.py against every store:
 - `load` returns what `save` stored, or None. A missing, expired, corrupt or wrong-shape record is None,
@@ -19,8 +20,9 @@ Contract, checked by tests/stores/test_contract.py against every store:
 - Every item has a `stamp`: when the request behind it was sent (0.0 unless given). `save` is refused
   (returns False, nothing changes, not even LRU order) when the live item under the key has a strictly
   later stamp: an answer to an older request never replaces a newer entry. An equal or later stamp
-  replaces it. The comparison and the write are one atomic step in every store (one synchronous method in
-  memory, one write transaction in SQLite, one Lua script in Redis), across tasks and processes.
+  replaces it. The comparison and the write are one atomic step in every store: one synchronous method in
+  memory (atomic across the tasks of its event loop), one write transaction in SQLite and one Lua script
+  in Redis (atomic across tasks and processes).
 - Otherwise `save` replaces the whole item (its group and tag too) and returns True if the item is now
   stored. A store bounded in bytes or items evicts least-recently-used items (loads, saves and
   `update_meta` all count as use) until the new item fits; an item larger than the whole byte bound is not

@@ -258,7 +258,9 @@ async def test_a_planted_copy_that_fails_the_schema_is_never_served(clock: FakeC
         item = await store.load(key)
         assert item is not None
         planted = orjson.dumps({"content": [{"type": "text", "text": "planted"}]})
-        replanted = Item(meta=item.meta, body=planted, group="tools", created_at=clock(), tag=item.tag, stamp=item.stamp)
+        replanted = Item(
+            meta=item.meta, body=planted, group="tools", created_at=clock(), tag=item.tag, stamp=item.stamp
+        )
         assert await store.save(key, replanted)
         clock.advance(6)
         lab.seen_meta.clear()

@@ -699,3 +699,29 @@ def test_policies_registry() -> None:
     assert policies.get("b") is None
     with pytest.raises(TypeError):
         policies.declare("c", {"ttl_ms": 5})  # type: ignore[arg-type]
+
+
+# --- FastMCP proxies -------------------------------------------------------------------------------
+
+
+async def test_fastmcp_a_proxied_non_object_answer_is_stamped_not_broken() -> None:
+    """A FastMCP proxy hands the middleware a `RawStructuredToolResult` (structuredContent that is not an
+    object, as the backend sent it). Stamping edits it with model_copy, as FastMCP asks of middleware; a
+    rebuilt `ToolResult` would refuse the list and the call would fail with an internal error."""
+    from fastmcp.server import create_proxy
+
+    backend = MCPServer("backend")
+
+    @backend.tool()
+    def numbers() -> mt.CallToolResult:
+        return mt.CallToolResult(content=[mt.TextContent(type="text", text="[1,2]")], structured_content=[1, 2])
+
+    proxy = create_proxy(backend)
+    install(proxy, {"numbers": CachePolicy(ttl_ms=5)})
+    async with connect(proxy) as client:
+        first = await call_raw(client, "numbers", {})
+        tag = assert_full(first).etag
+        assert first.structured_content == [1, 2]
+        assert tag == tag_of(first)
+        reply = await call_conditional(client, "numbers", {}, tag)
+    assert_not_modified(reply, etag=tag, kind="numbers", ttl_ms=5, scope="private")  # type: ignore[arg-type]

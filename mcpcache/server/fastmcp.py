@@ -105,12 +105,9 @@ class RevalidationMiddleware(Middleware):
             case NotModified(reply=reply):
                 return ToolResult(content=[], structured_content=reply.structured_content, meta=reply.meta)
             case Stamped(result=result, block=block):
-                return ToolResult(
-                    content=result.content,
-                    structured_content=result.structured_content,
-                    meta=with_block(result.meta, block, self.meta_key),
-                    is_error=result.is_error,
-                )
+                # model_copy, as FastMCP asks of middleware: it keeps the result's class and the protocol
+                # object it may wrap (a proxied non-object structuredContent cannot pass ToolResult()).
+                return result.model_copy(update={"meta": with_block(result.meta, block, self.meta_key)})
             case _:
                 assert_never(outcome)
 

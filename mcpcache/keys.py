@@ -1,4 +1,4 @@
-"""Cache keys for tool results (PROTOCOL.md section 5).
+"""Cache keys for tool results (docs/protocol.md section 5).
 
 A key names (arm, server, partition, protocol era, tool, canonical arguments). `_meta` is never part of
 it and arrays are never reordered. The fields are hashed as one JSON array, so no crafted value can

@@ -2,7 +2,7 @@
 
 Everything that reads a cache block from a peer goes through `parse_cache_block`, which never raises:
 a peer's malformed `_meta` becomes "no block" or a block with safe defaults, never an exception in the
-caller's path (PROTOCOL.md section 1). Everything that writes one goes through `CacheBlock.to_wire`.
+caller's path (docs/protocol.md section 1). Everything that writes one goes through `CacheBlock.to_wire`.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def requested_etag(request_meta: object, key: str = META_KEY) -> str | None:
 
 
 def conditional_request_meta(etag: str, key: str = META_KEY) -> dict[str, Any]:
-    """The request `_meta` of a conditional `tools/call` (PROTOCOL.md section 3)."""
+    """The request `_meta` of a conditional `tools/call` (docs/protocol.md section 3)."""
     return {key: {"etag": etag}}
 
 
@@ -137,7 +137,7 @@ def answer_kind(structured_content: object) -> str | None:
 
 
 class NotModifiedReply(BaseModel):
-    """The reply of PROTOCOL.md section 4, in wire field names."""
+    """The reply of docs/protocol.md section 4, in wire field names."""
 
     model_config = ConfigDict(frozen=True, populate_by_name=True)
 

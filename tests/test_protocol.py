@@ -1,4 +1,4 @@
-"""The cache block and the not-modified reply (PROTOCOL.md sections 1, 3 and 4).
+"""The cache block and the not-modified reply (docs/protocol.md sections 1, 3 and 4).
 
 A reader of a peer's `_meta` must be tolerant: whatever JSON arrives, parsing gives a block with safe
 values or no block, never an exception. The table tests pin each tolerance rule of section 1; the
@@ -102,7 +102,7 @@ def test_meta_without_a_block_is_no_block(meta: Any) -> None:
     ids=repr,
 )
 def test_ttl_is_read_tolerantly(ttl: Any, expected: int | None) -> None:
-    """Negative or non-integer reads as 0, above 24 h is clamped, null is absent (PROTOCOL.md 1)."""
+    """Negative or non-integer reads as 0, above 24 h is clamped, null is absent (docs/protocol.md 1)."""
     assert block({"ttlMs": ttl}).ttl_ms == expected
 
 

@@ -85,7 +85,7 @@ def expected_block(tool: str, etag: str | None) -> dict[str, Any]:
 
 
 def assert_not_modified(result: mt.CallToolResult, *, etag: str, kind: str | None, ttl_ms: int, scope: str) -> None:
-    """PROTOCOL.md section 4, field by field."""
+    """docs/protocol.md section 4, field by field."""
     data = wire(result)
     assert data["content"] == []
     assert data["isError"] is False

@@ -8,7 +8,7 @@ x (2026-07-28 | 2025-11-25) runs the same script against the catalogue server:
 - the tag on it is the tag of what arrived, and the same tag that an in-process server gives the same
   answer: so one logical answer has one tag on every transport, in every era and in every process
   (stdio and HTTP servers are other processes);
-- a conditional call with that tag gets the not-modified reply of PROTOCOL.md section 4, and after the
+- a conditional call with that tag gets the not-modified reply of docs/protocol.md section 4, and after the
   data changes the full new answer with a new tag;
 - on 2026-07-28 the server advertises the extension.
 

@@ -64,7 +64,7 @@ _MEMO_MAX_ITEM_BYTES = 256 * 1024 * 1024
 
 
 # Output schemas. Only `kind` is required: a not-modified reply carries `{"kind": ...}` as its
-# structured content and clients validate it against these schemas (PROTOCOL.md section 4).
+# structured content and clients validate it against these schemas (docs/protocol.md section 4).
 class CellView(TypedDict, total=False):
     index: int
     id: str

@@ -1,4 +1,4 @@
-"""Results by reference: `mcp+cache://` URIs a model passes instead of the data (PROTOCOL.md section 6)."""
+"""Results by reference: `mcp+cache://` URIs a model passes instead of the data (docs/protocol.md section 6)."""
 
 from mcpcache.refs.calls import ModelCall, call_for_model
 from mcpcache.refs.references import (

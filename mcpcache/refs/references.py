@@ -1,6 +1,6 @@
 """Results by reference, host side: store large results, hand the model a URI, resolve it before dispatch.
 
-PROTOCOL.md section 6. `References.for_model` stores a large result before anything is cut and returns
+docs/protocol.md section 6. `References.for_model` stores a large result before anything is cut and returns
 the view the model sees (`_cache_uri` added, oversized members replaced by named markers when the view
 has a byte budget). `References.resolve` turns every `X_uri` argument holding our URIs into `X` before a
 call is sent, or returns the error envelope to hand the model instead of calling the tool.

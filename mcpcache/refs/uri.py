@@ -1,6 +1,6 @@
 """`mcp+cache://<conv>/<token>[#<JSON pointer>]`: minting, strict parsing, and pointer lookup.
 
-PROTOCOL.md section 6. The conversation segment is cosmetic (the stored entry keeps the exact id and a
+docs/protocol.md section 6. The conversation segment is cosmetic (the stored entry keeps the exact id and a
 reference resolves only where it was minted); the token is what names the entry, 8 bytes from
 `secrets`, so guessing one is hopeless. Parsing is strict and bounded: anything that is not exactly this
 shape is malformed, with a reason, and never reaches a store.

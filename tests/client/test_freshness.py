@@ -1,5 +1,5 @@
 """What ends the freshness of stored answers before their ttl: calls that may change the server's state,
-and the server's own change notifications (PROTOCOL.md section 5; the rule is `policy.ends_freshness`).
+and the server's own change notifications (docs/protocol.md section 5; the rule is `policy.ends_freshness`).
 
 Ending freshness is not forgetting: the next read revalidates with its tag, and an answer that did not
 change comes back not-modified. Only the partition (and server) whose state may have changed is affected.

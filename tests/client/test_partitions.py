@@ -1,4 +1,4 @@
-"""Who may be served an entry: one shared store, two caches with different partitions (PROTOCOL.md 5).
+"""Who may be served an entry: one shared store, two caches with different partitions (docs/protocol.md 5).
 
 Private entries are served only to the partition that stored them. Public entries cross partitions
 only when sharing is on, on both sides (the writer puts them where everyone looks; the reader looks

@@ -1,4 +1,4 @@
-"""Concurrent identical calls share one request (PROTOCOL.md section 5).
+"""Concurrent identical calls share one request (docs/protocol.md section 5).
 
 The lab's `gated` tool holds its body until the test opens the gate, and the test opens it only once
 every caller is blocked, so all of them are in flight together whatever the scheduler does. What is

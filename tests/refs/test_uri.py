@@ -1,4 +1,4 @@
-"""`mcp+cache://<conv>/<token>[#<JSON pointer>]` exactly as PROTOCOL.md section 6 writes it.
+"""`mcp+cache://<conv>/<token>[#<JSON pointer>]` exactly as docs/protocol.md section 6 writes it.
 
 The grammar is the first line of defence: whatever a model (or an attacker speaking through one) puts in
 an `X_uri` argument goes through `parse` before anything touches a store, so `parse` must refuse every

@@ -1,6 +1,6 @@
 """What the model is shown: the payload of every result shape, the envelope, and shortening with markers.
 
-The rule the markers keep (json-layout's, and PROTOCOL.md section 6): a shortened view never holds a
+The rule the markers keep (json-layout's, and docs/protocol.md section 6): a shortened view never holds a
 plausible prefix of a value. Every member is either whole or a marker that says what it was, how big, and
 names a reference whose fragment resolves to exactly that member.
 """

@@ -118,7 +118,7 @@ NOT_MODIFIED_KIND = {
     "doc_result": "doc_result",  # neither: the tool name
     "doc_mcp_result": "doc_mcp_result",
 }
-"""The `kind` of a not-modified reply, by the K rule of PROTOCOL.md section 4."""
+"""The `kind` of a not-modified reply, by the K rule of docs/protocol.md section 4."""
 
 POLICIES: dict[str, CachePolicy] = {
     "doc_model": CachePolicy(ttl_ms=5000, scope="public"),

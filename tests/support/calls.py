@@ -38,7 +38,7 @@ async def call_raw(
 
 
 async def call_conditional(client: StockClient, name: str, arguments: dict[str, Any], etag: Any) -> mt.CallToolResult:
-    """A conditional call (PROTOCOL.md section 3); `etag` may be anything, malformed tags included."""
+    """A conditional call (docs/protocol.md section 3); `etag` may be anything, malformed tags included."""
     meta = conditional_request_meta(etag) if isinstance(etag, str) else {META_KEY: {"etag": etag}}
     return await call_raw(client, name, arguments, meta)
 

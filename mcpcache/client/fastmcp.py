@@ -68,7 +68,10 @@ class CachedFastMCPClient(_CachedView):
 
         from fastmcp.utilities.timeout import normalize_timeout_to_seconds
 
-        options = request_options(normalize_timeout_to_seconds(timeout), progress_handler)
+        # Private: the client-wide handler that fastmcp.Client's own call_tool_mcp falls back to; cached calls
+        # go out on the session, so the view must apply the same fallback (tests/client/test_private_apis.py).
+        progress = progress_handler or getattr(self._client, "_progress_handler", None)
+        options = request_options(normalize_timeout_to_seconds(timeout), progress)
         result, outcome = await self._execute(
             name,
             arguments,

@@ -59,5 +59,12 @@ async def test_fastmcp_parses_results_with_the_method_the_view_calls() -> None:
     assert "raise_on_error" in inspect.signature(parse).parameters
 
 
+async def test_fastmcp_keeps_its_client_wide_progress_handler_where_the_view_reads_it() -> None:
+    def handler(progress: float, total: float | None, message: str | None) -> None: ...
+
+    client = fastmcp.Client(_server(), progress_handler=handler)
+    assert getattr(client, "_progress_handler", None) is handler, "fastmcp.Client._progress_handler is gone"
+
+
 def test_in_memory_transport_is_where_the_tests_expect_it() -> None:
     assert InMemoryTransport is not None

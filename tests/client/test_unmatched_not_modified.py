@@ -222,11 +222,6 @@ async def test_every_request_carries_the_callers_progress_token_meta_and_trace_c
         assert call.result.structured_content == {"kind": "doc", "key": "k", "text": "k: first edition"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: the fastmcp view sends cached calls on the session with only the per-call progress handler; "
-    "fastmcp.Client's own progress_handler (used by call_tool_mcp for every call) is dropped, so no progressToken",
-)
 async def test_fastmcps_client_wide_progress_handler_hears_cached_calls_as_it_hears_stock_ones(
     cache: ToolCache,
 ) -> None:

@@ -13,8 +13,10 @@ load; a corrupt record is deleted by a script that first checks the record is st
 The keys, and the indexes that make group operations and LRU trimming cheap:
 
 - `i:<key>`     hash: the item itself, with the Redis expiry. Fields: m meta, b body, g group, c created,
-                x expiry, t tag (absent for None), s stamp, k checksum, v save version (a `tick`)
-- `d`           hash key -> "<size> <group>": the directory, enough to unindex an item whose hash is gone
+                x expiry, t tag (absent for None), s stamp, k checksum, v save version (a `tick`), z size.
+                It describes itself fully: the indexes below can all be rebuilt from the items.
+- `d`           hash key -> "<size> <group>": the directory, the index's authority (an item is indexed,
+                and counted, exactly when it has an entry here)
 - `lru`         sorted set key -> use tick, the whole namespace (for the optional global bound)
 - `g:<group>`   sorted set key -> use tick (group LRU order, trim_group, remove_group)
 - `c:<group>`   sorted set key -> created_at (remove_created_before)
@@ -23,23 +25,37 @@ The keys, and the indexes that make group operations and LRU trimming cheap:
                 at the start of the next operation, judged by the Redis server's own clock
 - `u`           hash of item and byte counts, per group and in total
 - `tick`        the use counter: strictly ordered even for uses within one millisecond
+- `sweep`       where the next write's sweep of the index starts
 
 Every key starts with `{<namespace>}:`; the hash tag puts a namespace in one cluster slot, which the
-scripts need since they derive key names from the data. An item that vanished without the scripts
-knowing (a maxmemory eviction) keeps its index entries until an operation meets it, and is then cleaned
-up without being counted.
+scripts need since they derive key names from the data.
+
+Redis's own `maxmemory` eviction may remove any of these keys, and the store keeps working:
+- An item Redis evicted leaves index entries behind. Each save checks the least recently used entries
+  (where an LRU eviction strikes), while they keep turning out stale, and 8 more at a cursor that walks the
+  whole index, and unindexes what is gone; `usage` first walks the index it reports on in full. So the
+  index stays close to the items held, and Redis's memory under its cap.
+- An item found without its directory entry is served and indexed again from its own fields.
+- If Redis evicts the directory, the rest of the index is dropped (it no longer says anything true) and
+  items are indexed again as they are loaded; if it evicts another index key, the index is rebuilt from
+  the directory. Only `allkeys-*` policies can do this: the index keys carry no expiry, so `volatile-*`
+  policies never evict them (and the sweeps bound their size). Under `allkeys-lru` they are in use on
+  every operation and are the last keys Redis picks.
+- With a `volatile-*` policy, items need an expiry to be evictable at all: see `idle_ttl_s`.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import redis.asyncio
+import redis.exceptions
 from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
+from redis.backoff import NoBackoff
 
 from mcpcache.stores.base import (
     Item,
@@ -57,15 +73,48 @@ logger = logging.getLogger("mcpcache.stores.redis")
 _SCRIPT = r"""
 local P = ARGV[1]
 local op = ARGV[2]
-local U, D, LRU, X, GROUPS, TICK = P .. 'u', P .. 'd', P .. 'lru', P .. 'x', P .. 'groups', P .. 'tick'
+local IDLE = ARGV[3]
+local A = {}
+for i = 4, #ARGV do A[i - 3] = ARGV[i] end
+local U, D, LRU, X, GROUPS = P .. 'u', P .. 'd', P .. 'lru', P .. 'x', P .. 'groups'
+local TICK, CUR = P .. 'tick', P .. 'sweep'
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local function num(v) return tonumber(v or '0') or 0 end
+local function group_of(d) return string.sub(d, string.find(d, ' ', 1, true) + 1) end
+local function is_hash(ik) return redis.call('TYPE', ik)['ok'] == 'hash' end
+
+-- The expiry in ms as the script wants it, from the item's own 'x' field ('' for none).
+local function exp_of(x)
+  if not x or x == '' then return '' end
+  local ms = math.ceil(tonumber(x) * 1000)
+  return string.format('%d', ms)
+end
+
+-- What the item hash says its size is (records saved before 'z' was kept: body plus metadata).
+local function item_size(ik)
+  local z = redis.call('HGET', ik, 'z')
+  if z then return tonumber(z) end
+  return redis.call('HSTRLEN', ik, 'b') + redis.call('HSTRLEN', ik, 'm')
+end
 
 local function unindex(k)
   local d = redis.call('HGET', D, k)
-  if not d then return end
+  if not d then
+    -- Not in the directory (never indexed, or the directory was evicted): clear what may linger, count nothing.
+    redis.call('ZREM', LRU, k)
+    redis.call('ZREM', X, k)
+    local ik = P .. 'i:' .. k
+    if is_hash(ik) then
+      local g = redis.call('HGET', ik, 'g')
+      if g then
+        redis.call('ZREM', P .. 'g:' .. g, k)
+        redis.call('ZREM', P .. 'c:' .. g, k)
+      end
+    end
+    return
+  end
   local sp = string.find(d, ' ', 1, true)
   local size = tonumber(string.sub(d, 1, sp - 1))
   local g = string.sub(d, sp + 1)
@@ -108,12 +157,76 @@ local function index(k, g, size, created, exp)
   redis.call('HINCRBY', U, 'b:' .. g, size)
 end
 
+-- Indexes an item found without a directory entry, from what its own hash says.
+local function reindex(k, ik)
+  local f = redis.call('HMGET', ik, 'g', 'c', 'x')
+  index(k, f[1] or '', item_size(ik), tonumber(f[2] or '') or 0, exp_of(f[3]))
+end
+
+-- The derived indexes again from the directory, after Redis evicted one of them (allkeys-* policies).
+local function rebuild()
+  local entries = redis.call('HGETALL', D)
+  local groups = {}
+  for _, g in ipairs(redis.call('ZRANGE', GROUPS, 0, -1)) do groups[g] = true end
+  for i = 2, #entries, 2 do groups[group_of(entries[i])] = true end
+  for g, _ in pairs(groups) do redis.call('DEL', P .. 'g:' .. g, P .. 'c:' .. g) end
+  redis.call('DEL', U, LRU, X, GROUPS, D)
+  for i = 1, #entries, 2 do
+    local ik = P .. 'i:' .. entries[i]
+    if is_hash(ik) then reindex(entries[i], ik) end
+  end
+end
+
+-- Every key here may be evicted by Redis (maxmemory); the directory is the index's authority.
+local function check_index()
+  if redis.call('EXISTS', D) == 0 then
+    if redis.call('EXISTS', U) == 1 or redis.call('EXISTS', LRU) == 1 then
+      -- The directory is gone: the rest of the index no longer says anything true. Items still held are
+      -- indexed again when next loaded.
+      for _, g in ipairs(redis.call('ZRANGE', GROUPS, 0, -1)) do redis.call('DEL', P .. 'g:' .. g, P .. 'c:' .. g) end
+      redis.call('DEL', U, LRU, X, GROUPS)
+    end
+  elseif redis.call('EXISTS', U) == 0 or redis.call('EXISTS', LRU) == 0 or redis.call('EXISTS', GROUPS) == 0 then
+    rebuild()
+  end
+end
+
+local function check_group(g)
+  local n = num(redis.call('HGET', U, 'n:' .. g))
+  if redis.call('ZCARD', P .. 'g:' .. g) < n or redis.call('ZCARD', P .. 'c:' .. g) < n then rebuild() end
+end
+
 local function purge_expired()
   while true do
     local ks = redis.call('ZRANGEBYSCORE', X, '-inf', now_ms, 'LIMIT', 0, 128)
     if #ks == 0 then return end
     for _, k in ipairs(ks) do drop(k) end
   end
+end
+
+local function gone(k) return redis.call('EXISTS', P .. 'i:' .. k) == 0 end
+
+-- Unindexes the entries among ks whose item Redis evicted; returns how many.
+local function prune(ks)
+  local n = 0
+  for _, k in ipairs(ks) do
+    if gone(k) then unindex(k); n = n + 1 end
+  end
+  return n
+end
+
+-- Items Redis evicted on its own (maxmemory) leave index entries behind. Each write checks the least
+-- recently used entries (where an LRU eviction strikes) while they are stale, and a few more at a cursor
+-- that walks the whole index (where any other eviction strikes).
+local function sweep()
+  for _ = 1, 8 do
+    if prune(redis.call('ZRANGE', LRU, 0, 7)) < 8 then break end
+  end
+  local at = num(redis.call('GET', CUR))
+  local ks = redis.call('ZRANGE', LRU, at, at + 7)
+  local n = prune(ks)
+  if #ks < 8 then at = 0 else at = at + 8 - n end
+  redis.call('SET', CUR, at)
 end
 
 -- Evicts least-recently-used items until `size` more bytes and `count` more items fit the bounds.
@@ -128,56 +241,67 @@ local function make_room(size, count, max_b, max_n)
   end
 end
 
+-- An item without an expiry of its own lives IDLE ms past its last use, when IDLE is set.
 local function expire(ik, exp)
-  if exp == '' then redis.call('PERSIST', ik) else redis.call('PEXPIREAT', ik, exp) end
+  if exp ~= '' then
+    redis.call('PEXPIREAT', ik, exp)
+  elseif IDLE ~= '' then
+    redis.call('PEXPIRE', ik, IDLE)
+  else
+    redis.call('PERSIST', ik)
+  end
 end
 
 -- The stamp of the live item under k, or nil when there is none (or its stamp is not a number).
 local function live_stamp(k)
   local ik = P .. 'i:' .. k
-  if redis.call('TYPE', ik)['ok'] ~= 'hash' or redis.call('HEXISTS', D, k) == 0 then return nil end
+  if not is_hash(ik) then return nil end
   return tonumber(redis.call('HGET', ik, 's') or '')
 end
 
+check_index()
 purge_expired()
 
 if op == 'load' then
-  local k = ARGV[3]
+  local k = A[1]
   local ik = P .. 'i:' .. k
   local kind = redis.call('TYPE', ik)['ok']
   local d = redis.call('HGET', D, k)
-  if kind ~= 'hash' or not d then
+  if kind ~= 'hash' then
     if kind ~= 'none' or d then drop(k) end
     return false
   end
-  touch(k, string.sub(d, string.find(d, ' ', 1, true) + 1))
-  return redis.call('HMGET', ik, 'm', 'b', 'g', 'c', 'x', 't', 's', 'k', 'v')
+  if d then touch(k, group_of(d)) else reindex(k, ik) end
+  local fields = redis.call('HMGET', ik, 'm', 'b', 'g', 'c', 'x', 't', 's', 'k', 'v')
+  if fields[5] == '' and IDLE ~= '' then redis.call('PEXPIRE', ik, IDLE) end
+  return fields
 
 elseif op == 'save' then
-  local k, meta, body, g, created, exp, exp_raw = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9]
-  local size, max_b, max_n = ARGV[10], tonumber(ARGV[11]), tonumber(ARGV[12])
-  local has_tag, tag, stamp, sum = ARGV[13], ARGV[14], ARGV[15], ARGV[16]
+  local k, meta, body, g, created, exp, exp_raw = A[1], A[2], A[3], A[4], A[5], A[6], A[7]
+  local size, max_b, max_n = A[8], tonumber(A[9]), tonumber(A[10])
+  local has_tag, tag, stamp, sum = A[11], A[12], A[13], A[14]
   local held = live_stamp(k)
   if held and held > tonumber(stamp) then return 0 end
   drop(k)
+  sweep()
   if exp ~= '' and tonumber(exp) <= now_ms then return 0 end
   if max_b and tonumber(size) > max_b then return 0 end
   make_room(tonumber(size), 1, max_b, max_n)
   local ik = P .. 'i:' .. k
   local version = redis.call('INCR', TICK)
-  redis.call('HSET', ik, 'm', meta, 'b', body, 'g', g, 'c', created, 'x', exp_raw, 's', stamp, 'k', sum, 'v', version)
+  redis.call('HSET', ik, 'm', meta, 'b', body, 'g', g, 'c', created, 'x', exp_raw, 's', stamp, 'k', sum, 'v', version,
+    'z', size)
   if has_tag == '1' then redis.call('HSET', ik, 't', tag) end
   expire(ik, exp)
   index(k, g, size, created, exp)
   return 1
 
 elseif op == 'update_meta' then
-  local k, meta, exp, exp_raw = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-  local max_b, max_n = tonumber(ARGV[7]), tonumber(ARGV[8])
-  local has_tag, tag, stamp = ARGV[9], ARGV[10], ARGV[11]
+  local k, meta, exp, exp_raw = A[1], A[2], A[3], A[4]
+  local max_b, max_n = tonumber(A[5]), tonumber(A[6])
+  local has_tag, tag, stamp = A[7], A[8], A[9]
   local ik = P .. 'i:' .. k
-  local d = redis.call('HGET', D, k)
-  if redis.call('TYPE', ik)['ok'] ~= 'hash' or not d then
+  if not is_hash(ik) then
     drop(k)
     return 0
   end
@@ -191,46 +315,48 @@ elseif op == 'update_meta' then
     drop(k)
     return 1
   end
-  local g = string.sub(d, string.find(d, ' ', 1, true) + 1)
-  local created = redis.call('ZSCORE', P .. 'c:' .. g, k) or '0'
+  local f = redis.call('HMGET', ik, 'g', 'c')
   unindex(k)
-  redis.call('HSET', ik, 'm', meta, 'x', exp_raw)
+  redis.call('HSET', ik, 'm', meta, 'x', exp_raw, 'z', size)
   if stamp ~= '' then redis.call('HSET', ik, 's', stamp) end
   expire(ik, exp)
   make_room(size, 1, max_b, max_n)
-  index(k, g, size, created, exp)
+  index(k, f[1] or '', size, tonumber(f[2] or '') or 0, exp)
   return 1
 
 elseif op == 'remove' then
-  return drop(ARGV[3])
+  return drop(A[1])
 
 elseif op == 'drop_corrupt' then
   -- Drops the record only if it is still the save that was read (same version): a replacement stays.
-  local k, version = ARGV[3], ARGV[4]
+  local k, version = A[1], A[2]
   local ik = P .. 'i:' .. k
-  if redis.call('TYPE', ik)['ok'] == 'hash' and (redis.call('HGET', ik, 'v') or '') ~= version then return 0 end
+  if is_hash(ik) and (redis.call('HGET', ik, 'v') or '') ~= version then return 0 end
   return drop(k)
 
 elseif op == 'remove_group' then
+  check_group(A[1])
   local n = 0
-  for _, k in ipairs(redis.call('ZRANGE', P .. 'g:' .. ARGV[3], 0, -1)) do n = n + drop(k) end
+  for _, k in ipairs(redis.call('ZRANGE', P .. 'g:' .. A[1], 0, -1)) do n = n + drop(k) end
   return n
 
 elseif op == 'remove_created_before' then
-  local prefix, before = ARGV[3], ARGV[4]
+  local prefix, before = A[1], A[2]
   local n, from = 0, '[' .. prefix
   while true do
     local groups = redis.call('ZRANGEBYLEX', GROUPS, from, '+', 'LIMIT', 0, 128)
     if #groups == 0 then return n end
     for _, g in ipairs(groups) do
       if string.sub(g, 1, #prefix) ~= prefix then return n end
+      check_group(g)
       for _, k in ipairs(redis.call('ZRANGEBYSCORE', P .. 'c:' .. g, '-inf', '(' .. before)) do n = n + drop(k) end
     end
     from = '(' .. groups[#groups]
   end
 
 elseif op == 'trim_group' then
-  local g, max_b = ARGV[3], tonumber(ARGV[4])
+  local g, max_b = A[1], tonumber(A[2])
+  check_group(g)
   local n = 0
   while num(redis.call('HGET', U, 'b:' .. g)) > max_b do
     local oldest = redis.call('ZRANGE', P .. 'g:' .. g, 0, 0)
@@ -239,8 +365,17 @@ elseif op == 'trim_group' then
   end
   return n
 
+elseif op == 'sweep' then
+  -- One batch of a full walk over an index (the whole namespace, or one group), unindexing every entry
+  -- whose item Redis evicted; the rank to continue from, or -1 at the end.
+  local z, at, count = P .. A[1], tonumber(A[2]), tonumber(A[3])
+  local ks = redis.call('ZRANGE', z, at, at + count - 1)
+  local n = prune(ks)
+  if #ks < count then return -1 end
+  return at + count - n
+
 elseif op == 'usage' then
-  local g = ARGV[3]
+  local g = A[1]
   if g == nil then return redis.call('HMGET', U, 'n', 'b') end
   return redis.call('HMGET', U, 'n:' .. g, 'b:' .. g)
 end
@@ -248,13 +383,47 @@ return redis.error_reply('mcpcache: unknown store operation ' .. tostring(op))
 """
 
 
+class RedisUnavailable(redis.exceptions.ConnectionError):
+    """Raised without asking Redis: it recently did not answer within the store's socket timeout, and the
+    store's circuit keeps it from being asked again until `cooldown_s` has passed."""
+
+
+AUTO: Literal["auto"] = "auto"
+"""`idle_ttl_s="auto"`: an idle expiry (`AUTO_IDLE_TTL_S`) only while Redis evicts by a `volatile-*` policy."""
+
+AUTO_IDLE_TTL_S = 30 * 24 * 3600.0
+POLICY_RECHECK_S = 60.0
+"""How long the store trusts the `maxmemory_policy` it read (for `idle_ttl_s="auto"`)."""
+
+DEFAULT_SOCKET_TIMEOUT_S = 0.5
+DEFAULT_CONNECT_TIMEOUT_S = 0.5
+DEFAULT_COOLDOWN_S = 5.0
+
+
 class RedisStore(Store):
     """A store in Redis, shared by every process that names the same server and namespace.
 
-    Pass a URL (the store then owns its client: it fails fast when Redis is down, with one quick retry,
-    because a cache that stalls is worse than a miss) or a `redis.asyncio.Redis` client of your own, which
-    must not decode responses and which `close()` leaves open. `limits` is optional: Redis's own
-    `maxmemory` policy may bound it instead; `trim_group` works either way.
+    Pass a URL (the store then owns its client) or a `redis.asyncio.Redis` client of your own, which must
+    not decode responses and which `close()` leaves open. `limits` is optional: Redis's own `maxmemory`
+    may bound it instead; `trim_group` works either way.
+
+    A store that owns its client fails fast, because a cache that stalls is worse than a miss:
+    - `socket_timeout_s` and `connect_timeout_s` (default 0.5 s each) bound every command and every
+      connection attempt. 0.5 s is half the tool cache's store deadline (1 s), so the store's own error,
+      and its circuit, come before the cache gives up on the operation; it is still hundreds of times a
+      loopback or LAN round trip and far above what any of the store's scripts takes on a healthy server.
+    - A command is retried once, at once, only when its connection failed (a connection the server
+      closed, for instance after a restart); a timeout is never retried, since a retry would double a stall.
+    - After a timeout the store raises `RedisUnavailable` at once, without asking Redis, for `cooldown_s`
+      (default 5 s, as the tool cache's own circuit), then asks again: a frozen server costs the tool
+      cache and `References` (which call the store without a fence) one timeout per cool-down, not one
+      per call. This circuit also guards a caller's client, whose own timeouts decide when it trips.
+
+    Every key the store writes may be evicted by Redis's `maxmemory` policy without breaking it (see the
+    module docstring). With a `volatile-*` policy Redis evicts only keys with an expiry, so items saved
+    without one get an idle expiry: `idle_ttl_s` past their last use. The default, "auto", gives them
+    `AUTO_IDLE_TTL_S` (30 days) while the server's policy is `volatile-*` (read with INFO, at most once a
+    minute) and none otherwise; a number always applies it, None never does.
     """
 
     def __init__(
@@ -263,14 +432,28 @@ class RedisStore(Store):
         *,
         namespace: str = "mcpcache",
         limits: StoreLimits | None = None,
+        socket_timeout_s: float = DEFAULT_SOCKET_TIMEOUT_S,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        cooldown_s: float = DEFAULT_COOLDOWN_S,
+        idle_ttl_s: float | Literal["auto"] | None = AUTO,
     ) -> None:
         if not namespace or "{" in namespace or "}" in namespace:
             raise ValueError(f"namespace must be non-empty and free of braces, got {namespace!r}")
+        for name, value in (("socket_timeout_s", socket_timeout_s), ("connect_timeout_s", connect_timeout_s)):
+            if not (isinstance(value, int | float) and value > 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        if not (isinstance(cooldown_s, int | float) and cooldown_s >= 0 and math.isfinite(cooldown_s)):
+            raise ValueError(f"cooldown_s must be >= 0 seconds, got {cooldown_s!r}")
+        if idle_ttl_s != AUTO and idle_ttl_s is not None and not (
+            isinstance(idle_ttl_s, int | float) and idle_ttl_s >= 0.001 and math.isfinite(idle_ttl_s)
+        ):
+            raise ValueError(f"idle_ttl_s must be 'auto', None or at least 0.001 seconds, got {idle_ttl_s!r}")
         if isinstance(url_or_client, str):
             self._client = redis.asyncio.Redis.from_url(
                 url_or_client,
-                retry=Retry(ExponentialBackoff(cap=0.1, base=0.01), retries=1),
-                socket_connect_timeout=2.0,
+                socket_timeout=socket_timeout_s,
+                socket_connect_timeout=connect_timeout_s,
+                retry=Retry(NoBackoff(), retries=1, supported_errors=(redis.exceptions.ConnectionError,)),
             )
             self._owns_client = True
         else:
@@ -280,8 +463,19 @@ class RedisStore(Store):
             self._owns_client = False
         self.namespace = namespace
         self.limits = limits if limits is not None else StoreLimits()
+        self.socket_timeout_s = float(socket_timeout_s)
+        self.cooldown_s = float(cooldown_s)
+        self.idle_ttl_s = idle_ttl_s
         self._prefix = "{" + namespace + "}:"
         self._script = self._client.register_script(_SCRIPT)
+        self._open_until = 0.0
+        self._idle_arg = "" if idle_ttl_s is None or idle_ttl_s == AUTO else str(math.ceil(float(idle_ttl_s) * 1000))
+        self._policy_read_at: float | None = None
+
+    @property
+    def circuit_open(self) -> bool:
+        """Whether the store is refusing operations after a timeout (see `cooldown_s`)."""
+        return time.monotonic() < self._open_until
 
     @property
     def client(self) -> redis.asyncio.Redis:
@@ -349,6 +543,16 @@ class RedisStore(Store):
         return int(await self._call("trim_group", group, max_bytes))
 
     async def usage(self, group: str | None = None) -> Usage:
+        """Items and bytes held, in one group or the whole namespace, as the store's index counts them.
+
+        Before counting, the index (of the group, or of the namespace) is walked in batches and every
+        entry whose item Redis evicted on its own is dropped, so the count is of items that were held
+        during the walk. Not counted: an item whose index entry Redis evicted (only an `allkeys-*` policy
+        can evict the index) until it is next loaded. The walk is O(items) round trips of 512 entries.
+        """
+        at = 0
+        while at >= 0:
+            at = int(await self._call("sweep", "lru" if group is None else "g:" + group, at, 512))
         counts = await self._call("usage") if group is None else await self._call("usage", group)
         items, held = (int(value or 0) for value in counts)
         return Usage(items=items, bytes=held)
@@ -356,15 +560,20 @@ class RedisStore(Store):
     async def remove_all(self) -> None:
         # Not one script: a namespace can be large, and a SCAN never blocks the server for long. An item
         # saved concurrently may lose its index entries; it is cleaned up when next met.
+        self._check_circuit()
         pattern = _glob_escape(self._prefix) + "*"
         batch: list[bytes] = []
-        async for name in self._client.scan_iter(match=pattern, count=1000):
-            batch.append(name)
-            if len(batch) >= 1000:
+        try:
+            async for name in self._client.scan_iter(match=pattern, count=1000):
+                batch.append(name)
+                if len(batch) >= 1000:
+                    await self._client.unlink(*batch)
+                    batch.clear()
+            if batch:
                 await self._client.unlink(*batch)
-                batch.clear()
-        if batch:
-            await self._client.unlink(*batch)
+        except redis.exceptions.TimeoutError:
+            self._trip()
+            raise
 
     async def close(self) -> None:
         if self._owns_client:
@@ -376,8 +585,44 @@ class RedisStore(Store):
             "" if self.limits.max_items is None else self.limits.max_items,
         )
 
+    def _check_circuit(self) -> None:
+        left = self._open_until - time.monotonic()
+        if left > 0:
+            raise RedisUnavailable(
+                f"Redis did not answer within {self.socket_timeout_s:g} s; not asked again for {left:.1f} s "
+                f"(cooldown_s={self.cooldown_s:g})"
+            )
+
+    def _trip(self) -> None:
+        self._open_until = time.monotonic() + self.cooldown_s
+        logger.warning(
+            "Redis namespace %r: no answer within %g s; failing fast for %g s",
+            self.namespace,
+            self.socket_timeout_s,
+            self.cooldown_s,
+        )
+
+    async def _idle(self) -> str:
+        """The idle expiry in ms for the scripts ('' for none), reading the server's policy when "auto"."""
+        if self.idle_ttl_s != AUTO:
+            return self._idle_arg
+        now = time.monotonic()
+        if self._policy_read_at is None or now - self._policy_read_at >= POLICY_RECHECK_S:
+            info = await self._client.info("memory")
+            policy = info.get("maxmemory_policy", b"")
+            policy = policy.decode() if isinstance(policy, bytes) else str(policy)
+            self._idle_arg = str(math.ceil(AUTO_IDLE_TTL_S * 1000)) if policy.startswith("volatile") else ""
+            self._policy_read_at = now
+        return self._idle_arg
+
     async def _call(self, op: str, *args: bytes | str | int) -> Any:
-        return await self._script(keys=[self._prefix + "u"], args=[self._prefix, op, *args])
+        self._check_circuit()
+        try:
+            idle = await self._idle()
+            return await self._script(keys=[self._prefix + "u"], args=[self._prefix, op, idle, *args])
+        except redis.exceptions.TimeoutError:
+            self._trip()
+            raise
 
 
 def _expiry(expires_at: float | None) -> tuple[str, str]:

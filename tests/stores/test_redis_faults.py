@@ -1,0 +1,168 @@
+"""The Redis store when Redis misbehaves: frozen (SIGSTOP), bounded by `maxmemory`, its index evicted.
+
+- A store op on a frozen server raises (it never hangs) within its socket timeout, then fails fast while
+  its circuit is open, and works again after the cool-down once the server answers.
+- Under `maxmemory` with `volatile-lru` or `allkeys-lru`, Redis's memory stays under its cap, an item saved
+  and loaded straight back loads, and `usage()` is what is really held.
+- An index key evicted from under the store (as an `allkeys-*` policy may) is rebuilt or dropped, and the
+  items held still load.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+import uuid
+
+import anyio
+import pytest
+import redis.asyncio
+import redis.exceptions
+from support.redis_server import Frozen, RedisServer, used_memory
+
+from mcpcache.stores import Item, RedisStore, Usage
+from mcpcache.stores.redis import RedisUnavailable
+
+pytestmark = [pytest.mark.anyio, pytest.mark.redis]
+
+MARGIN_S = 3.0
+
+
+async def test_a_store_op_on_a_frozen_redis_raises_then_the_circuit_fails_fast(
+    own_redis_server: RedisServer,
+) -> None:
+    async with RedisStore(own_redis_server.url, namespace="frozen", socket_timeout_s=0.3, cooldown_s=1.0) as store:
+        await store.save("k", Item({}, b"body", "g"))
+        with Frozen(own_redis_server):
+            started = time.monotonic()
+            with pytest.raises(redis.exceptions.TimeoutError):
+                await store.load("k")
+            assert time.monotonic() - started < 0.3 + MARGIN_S
+            assert store.circuit_open
+            for attempt in (store.load("k"), store.save("k", Item({}, b"x", "g")), store.usage(), store.remove_all()):
+                with pytest.raises(RedisUnavailable):  # not asked: no socket wait at all
+                    await attempt
+        await anyio.sleep(1.1)  # the cool-down, with the server thawed
+        assert not store.circuit_open
+        assert await store.load("k") == Item({}, b"body", "g")
+
+
+async def test_a_killed_redis_fails_fast_and_recovers(own_redis_server: RedisServer) -> None:
+    async with RedisStore(own_redis_server.url, namespace="killed") as store:
+        await store.save("k", Item({}, b"body", "g"))
+        own_redis_server.kill()
+        started = time.monotonic()
+        for _ in range(5):
+            with pytest.raises(redis.exceptions.ConnectionError):
+                await store.load("k")
+        assert time.monotonic() - started < MARGIN_S
+        assert not store.circuit_open  # a refused connection is not a stall
+        own_redis_server.start()
+        assert await store.load("k") is None  # no persistence: a fresh, empty server
+        await store.save("k", Item({}, b"body", "g"))
+        assert await store.load("k") == Item({}, b"body", "g")
+
+
+async def _held(client: redis.asyncio.Redis, namespace: str) -> Usage:
+    """What the namespace really holds, counted underneath the store."""
+    items = held = 0
+    async for name in client.scan_iter(match="{" + namespace + "}:i:*", count=1000):
+        items += 1
+        held += int(await client.hstrlen(name, "b")) + int(await client.hstrlen(name, "m"))
+    return Usage(items, held)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["volatile-lru", "allkeys-lru"])
+async def test_maxmemory_keeps_the_cache_working_and_memory_under_the_cap(
+    own_redis_server: RedisServer, policy: str
+) -> None:
+    cap = 16 * 1024 * 1024
+    client = redis.asyncio.Redis.from_url(own_redis_server.url)
+    await client.config_set("maxmemory", cap)
+    await client.config_set("maxmemory-policy", policy)
+    namespace = f"mm-{uuid.uuid4().hex[:8]}"
+    rnd = random.Random(7)
+    written = 0
+    peak = 0
+    try:
+        async with RedisStore(own_redis_server.url, namespace=namespace) as store:
+            for i in range(6000):
+                # 4-16 KB bodies, half with an expiry of their own (tool answers), half without (references).
+                body = os.urandom(rnd.randint(2048, 8192)).hex().encode()
+                expires_at = time.time() + 3600 if i % 2 else None
+                item = Item({"i": i}, body, f"g{i % 4}", float(i), expires_at)
+                assert await store.save(f"k{i}", item)
+                assert await store.load(f"k{i}") == item  # saved and loaded straight back
+                written += item.size
+                if i % 250 == 0:
+                    used, maxmemory = used_memory(own_redis_server.port)
+                    assert maxmemory == cap
+                    peak = max(peak, used)
+            used, _ = used_memory(own_redis_server.port)
+            peak = max(peak, used)
+            # Counting underneath takes commands of its own, and each may make Redis evict again: lift the
+            # cap first, so both counts see the same items.
+            await client.config_set("maxmemory", 0)
+            usage = await store.usage()
+            held = await _held(client, namespace)
+            groups = [await store.usage(f"g{n}") for n in range(4)]
+            print(
+                f"\n{policy}: wrote {written / 2**20:.1f} MB in 6000 saves; used_memory peak {peak / 2**20:.2f} MB, "
+                f"end {used / 2**20:.2f} MB (cap {cap / 2**20:.0f} MB); usage {usage}, held {held}"
+            )
+            assert written > 3 * cap  # Redis really had to evict
+            # Redis evicts before each command until used_memory is back under maxmemory; one command's own
+            # writes (one save script: a 16 KB item and its index entries) may go past it until the next.
+            assert peak <= cap + 64 * 1024
+            assert usage == held  # usage() walks its index first: exactly what is held
+            assert Usage(sum(g.items for g in groups), sum(g.bytes for g in groups)) == usage
+            assert usage.items > 100  # and the cache still holds a useful amount
+    finally:
+        await client.aclose()
+
+
+async def test_an_evicted_index_key_is_rebuilt_or_dropped(redis_url: str) -> None:
+    namespace = f"idx-{uuid.uuid4().hex[:8]}"
+    prefix = "{" + namespace + "}:"
+    async with RedisStore(redis_url, namespace=namespace) as store:
+        items = {f"k{i}": Item({"i": i}, b"body %d" % i, f"g{i % 2}", float(i)) for i in range(10)}
+        for key, item in items.items():
+            await store.save(key, item)
+        total = Usage(10, sum(item.size for item in items.values()))
+
+        for evicted in ("u", "lru", "groups", "g:g0", "c:g1"):
+            await store.client.delete(prefix + evicted)  # as an allkeys-* eviction would
+            assert await store.usage() == total, evicted
+            assert await store.load("k3") == items["k3"]
+
+        assert await store.trim_group("g0", 0) == 5
+        assert await store.remove_created_before("g1", 5.0) == 2  # k1 and k3 were created before 5
+        assert await store.usage() == Usage(3, sum(items[k].size for k in ("k5", "k7", "k9")))
+
+        # The directory itself: the rest of the index is dropped, and items are indexed again when loaded.
+        await store.client.delete(prefix + "d")
+        assert await store.usage() == Usage(0, 0)
+        assert await store.load("k5") == items["k5"]
+        assert await store.usage("g1") == Usage(1, items["k5"].size)
+        await store.remove_all()
+
+
+async def test_an_idle_expiry_under_a_volatile_policy(own_redis_server: RedisServer) -> None:
+    client = redis.asyncio.Redis.from_url(own_redis_server.url)
+    try:
+        async with RedisStore(own_redis_server.url, namespace="idle") as store:
+            await store.save("plain", Item({}, b"body"))
+            assert await client.pttl(store.item_key("plain")) == -1  # no maxmemory policy asking for one
+        await client.config_set("maxmemory-policy", "volatile-lru")
+        async with RedisStore(own_redis_server.url, namespace="idle") as store:
+            await store.save("idle", Item({}, b"body"))
+            assert 0 < await client.pttl(store.item_key("idle")) <= 30 * 24 * 3600 * 1000
+            await store.load("plain")  # a use gives an item the idle expiry too
+            assert await client.pttl(store.item_key("plain")) > 0
+        async with RedisStore(own_redis_server.url, namespace="idle", idle_ttl_s=None) as store:
+            await store.save("never", Item({}, b"body"))
+            assert await client.pttl(store.item_key("never")) == -1
+    finally:
+        await client.aclose()

@@ -1,13 +1,47 @@
 """The embedded default store: one SQLite file that survives restarts and is shared by local processes.
 
-"database is locked" is the most reported failure of SQLite-backed Python caches, so this store is built
-around SQLite's locking rather than hoping to miss it:
-- WAL mode, so readers never wait for the writer and the writer never waits for readers;
-- every multi-statement write opens with BEGIN IMMEDIATE, taking the write lock up front (a deferred
-  transaction that upgrades to a writer fails at once with SQLITE_BUSY, busy timeout or not), and waits
-  for it up to `busy_timeout_s`; a timeout surfaces as `SQLiteBusyError`, naming the file and the wait;
-- a load is a pure read. Recording the use for LRU is a separate write that never waits: if another
-  process holds the write lock, the touch is queued and applied by this process's next write.
+A cache must never cost more than it saves, so this store is built around what goes wrong with SQLite files
+(a lock held elsewhere, a file that is not a store any more, a log that grows without end) rather than
+hoping to miss it.
+
+Locks. WAL mode: readers never wait for the writer and the writer never waits for readers.
+- Loads and `usage` run on read connections of their own (a small pool, one connection per worker thread
+  at a time), never on the writer's connection and never under this process's write lock: a load does not
+  queue behind a save, in this process or another. Recording a load's use for LRU is a write, so it is
+  queued and applied by this process's next write (and on close). The one exception: a load that finds a
+  corrupt record tries to delete it at once, without waiting; if the lock is taken, the next write does it.
+- Every write is one BEGIN IMMEDIATE transaction on the single writer connection, taking SQLite's write lock
+  up front (a deferred transaction that upgrades to a writer fails at once with SQLITE_BUSY, busy timeout or
+  not). The wait for it, this process's own writers included, is bounded by `busy_timeout_s`, 0.25 s by
+  default: a write holds the lock for milliseconds, so a quarter second covers ordinary contention between
+  several processes, while a lock held longer belongs to a long transaction elsewhere that waiting will not
+  outlast. It also stays well inside the tool cache's 1 s store deadline, so a held lock costs a skipped save,
+  never a missed deadline (which would make the cache skip the store, loads included, for its cooldown).
+  A write that gives up raises `SQLiteBusyError`, naming the file and the wait; the cache skips the save.
+- Every thread hop can be abandoned by the caller's cancel scope (`abandon_on_cancel=True`): the cache's
+  deadline returns at once, and the abandoned operation finishes on its own in its thread, still holding
+  its connection (every connection is used by one thread at a time), so it cannot corrupt anything.
+
+Self-repair. A file that is not a usable store is moved aside and a new store created in its place, in the
+same call: a file SQLite does not recognise (garbage, a wrong header: SQLITE_NOTADB), a damaged one
+(SQLITE_CORRUPT, a short read: garbage pages, a file truncated under a live process), a SQLite database
+holding other tables than ours (a foreign schema), our tables gone, or a directory at the path. It is
+renamed beside the path with the time, `tools.db.corrupt-20261201T010203` (its `-wal` and `-shm` renamed
+with it), kept, never deleted, and one warning says where it went. A file that is merely locked is never
+moved: busy is not corrupt. Before moving a file the store checks that the path still names the file it
+opened, so a process that finds a corrupt file another process already replaced just reopens the new one.
+
+A newer schema (a `user_version` above `SCHEMA_VERSION`) belongs to a newer mcpcache, which may be using it
+right now on the same machine: it is left alone, and this store opens a file of its own beside it, named for
+its schema version (`tools.db` -> `tools.v2.db`), logging one warning. The two versions do not share entries.
+
+Disk. The byte bound counts items (body plus metadata); SQLite's write-ahead log comes on top. It is kept
+small: `journal_size_limit` and, once the log passes `checkpoint_at` (a quarter of the byte bound, between
+1 MiB and 64 MiB), a checkpoint after the write (TRUNCATE, without waiting; what it cannot do now is left for
+the next one). A reader in another process holding a read transaction pins the log: no checkpoint can reset
+it and every write appends. So a save that would take the log past `wal_cap` (the byte bound, at least 4 MiB)
+first tries a checkpoint and, if the log is still pinned, is skipped (`SQLiteWalFullError`, a kind of
+`SQLiteBusyError`) until a checkpoint succeeds. See `SQLiteStore` for the resulting bound on disk use.
 
 Bodies live in their own table: SQLite rewrites a whole row on any update, and a load's LRU touch or a
 revalidation's metadata refresh must not rewrite a 20 MB body. Byte and item totals are kept by triggers
@@ -19,14 +53,13 @@ connection (in this process or another) writes between the comparison and the ch
 body against its checksum; a corrupt record is deleted by a write transaction that first reads it again
 and leaves it alone if another connection has replaced it since.
 
-One connection per store, used by one worker thread at a time under a lock (calls run through
-`anyio.to_thread.run_sync`): SQLite admits one writer per file anyway, and queueing this process's own
-writers on a lock is fair and immediate where SQLite's busy handler would make them poll with back-off.
-Other processes are kept in order by SQLite's file locks.
+Files this store creates (the database, and SQLite's `-wal` and `-shm`, which take the database's mode) are
+readable by their owner only (0600): cached tool answers can be private.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sqlite3
@@ -34,6 +67,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeGuard, TypeVar
 
@@ -54,12 +88,25 @@ logger = logging.getLogger("mcpcache.stores.sqlite")
 
 T = TypeVar("T")
 
-DEFAULT_MAX_BYTES = 1024 * 1024 * 1024
+MiB = 1024 * 1024
+
+DEFAULT_MAX_BYTES = 1024 * MiB
 """The bound when no limits are given: a cache file that grows without end fills a disk eventually."""
 
+DEFAULT_BUSY_TIMEOUT_S = 0.25
+"""How long a write waits for the write lock by default (see the module docstring for why)."""
+
 SCHEMA_VERSION = 2
-"""Kept in `PRAGMA user_version`; a file from a newer mcpcache is refused, an older one migrated.
-Version 2 added the tag, stamp and checksum columns of `items`."""
+"""Kept in `PRAGMA user_version`; an older file is migrated, a newer one left alone for its own version (this
+store then uses a file beside it, see the module docstring). Version 2 added the tag, stamp and checksum
+columns of `items`."""
+
+_MAX_IDLE_READERS = 4
+_UNBOUNDED_WAL_BASIS = 256 * MiB
+"""What the log thresholds are derived from when the store has no byte bound."""
+
+_CORRUPT_CODES = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
+_SHORT_READ = 522  # SQLITE_IOERR_SHORT_READ: the file ends before a page it points to (truncated)
 
 _MAX_PENDING_TOUCHES = 10_000
 _EVICTION_BATCH = 64
@@ -128,15 +175,34 @@ class SQLiteBusyError(sqlite3.OperationalError):
     """Another connection held the file's write lock for longer than the store's busy timeout."""
 
 
+class SQLiteWalFullError(SQLiteBusyError):
+    """A save was skipped: the write-ahead log is at its cap and a reader elsewhere keeps it from being reset."""
+
+
+class _NotAStore(Exception):
+    """The file at the path is not a usable store (the reason is the message)."""
+
+
+class _NewerSchema(Exception):
+    """The file belongs to a newer mcpcache."""
+
+
 class SQLiteStore(Store):
-    """A store in one SQLite file: WAL, bounded in bytes with LRU eviction, safe for several processes."""
+    """A store in one SQLite file: WAL, bounded in bytes with LRU eviction, safe for several processes.
+
+    Disk use: the database file and its write-ahead log together stay within 3 x `max(max_bytes, 4 MiB)` for
+    items of a kilobyte or more (measured: see benchmarks/store_faults.py), even while a reader in another
+    process pins the log. Of that, the file holds the items (at most `max_bytes`) plus SQLite's page and
+    index overhead, and the log stays under `wal_cap` (`max(max_bytes, 4 MiB)`) plus one save. Very small
+    items carry a per-row overhead (keys, indexes: about 200 bytes) that the byte bound does not count.
+    """
 
     def __init__(
         self,
         path: str | os.PathLike[str],
         limits: StoreLimits | None = None,
         *,
-        busy_timeout_s: float = 5.0,
+        busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
         clock: Callable[[], float] = time.time,
         namespace: str = "mcpcache",
     ) -> None:
@@ -146,28 +212,50 @@ class SQLiteStore(Store):
         self.limits = limits if limits is not None else StoreLimits(max_bytes=DEFAULT_MAX_BYTES)
         self.busy_timeout_s = busy_timeout_s
         self.namespace = namespace
+        basis = self.limits.max_bytes if self.limits.max_bytes is not None else _UNBOUNDED_WAL_BASIS
+        self.checkpoint_at = min(max(basis // 4, 1 * MiB), 64 * MiB)
+        """Once the write-ahead log is larger, a write is followed by a checkpoint."""
+        self.wal_cap = max(basis, 4 * MiB)
+        """A save that would take the write-ahead log past this is skipped if a checkpoint cannot reset it."""
         self._clock = clock
-        self._lock = threading.Lock()
-        self._conn: sqlite3.Connection | None = None
+        self._write_lock = threading.Lock()
+        """Held by the one thread using the writer connection."""
+        self._open_lock = threading.Lock()
+        """Guards which file is open, the writer's creation and the idle read connections."""
+        self._touch_lock = threading.Lock()
+        self._active: Path | None = None
+        """The file in use: `path`, or the file beside it when `path` belongs to a newer mcpcache."""
+        self._identity: tuple[int, int] | None = None
+        """(device, inode) of the file opened, to tell a file replaced by another process from ours."""
+        self._generation = 0
+        self._writer: sqlite3.Connection | None = None
+        self._idle_readers: list[sqlite3.Connection] = []
         self._closed = False
         self._pending_touches: OrderedDict[str, None] = OrderedDict()
+        self._pending_drops: set[str] = set()
 
     def now(self) -> float:
         return self._clock()
 
+    @property
+    def active_path(self) -> Path:
+        """The file the store uses: `path`, or the file beside it when `path` holds a newer schema."""
+        return self._active if self._active is not None else self.path
+
     # -- the interface -------------------------------------------------------------------------------------
 
     async def load(self, key: str) -> Item | None:
-        return await self._run(self._load, key)
+        return await self._run(self._read, self._load, key)
 
     async def load_many(self, keys: Sequence[str]) -> list[Item | None]:
         # One thread hop for all of them: the hop, not the query, is most of a small load's cost.
-        return await self._run(self._load_many, list(keys))
+        return await self._run(self._read, self._load_many, list(keys))
 
     async def save(self, key: str, item: Item) -> bool:
         stamp = check_stamp(item.stamp)
         meta = encode_meta(item.meta)
-        return await self._run(self._write, self._save, key, item, meta, stamp, body_checksum(item.body))
+        incoming = len(meta) + len(item.body)
+        return await self._run(self._write_op, incoming, self._save, key, item, meta, stamp, body_checksum(item.body))
 
     async def update_meta(
         self,
@@ -179,79 +267,241 @@ class SQLiteStore(Store):
         stamp: float | None = None,
     ) -> bool:
         new_stamp = None if stamp is None else check_stamp(stamp)
-        return await self._run(self._write, self._update_meta, key, encode_meta(meta), expires_at, if_tag, new_stamp)
+        return await self._run(
+            self._write_op, 0, self._update_meta, key, encode_meta(meta), expires_at, if_tag, new_stamp
+        )
 
     async def remove(self, key: str) -> None:
-        await self._run(self._write, self._delete_key, key)
+        await self._run(self._write_op, 0, self._delete_key, key)
 
     async def remove_group(self, group: str) -> int:
-        return await self._run(self._write, self._remove_group, group)
+        return await self._run(self._write_op, 0, self._remove_group, group)
 
     async def remove_created_before(self, group_prefix: str, created_before: float) -> int:
-        return await self._run(self._write, self._remove_created_before, group_prefix, created_before)
+        return await self._run(self._write_op, 0, self._remove_created_before, group_prefix, created_before)
 
     async def trim_group(self, group: str, max_bytes: int) -> int:
-        return await self._run(self._write, self._trim_group, group, max_bytes)
+        return await self._run(self._write_op, 0, self._trim_group, group, max_bytes)
 
     async def usage(self, group: str | None = None) -> Usage:
-        return await self._run(self._usage, group)
+        return await self._run(self._read, self._usage, group)
 
     async def remove_all(self) -> None:
-        await self._run(self._write, self._remove_all)
+        await self._run(self._write_op, 0, self._remove_all)
 
     async def close(self) -> None:
-        await anyio.to_thread.run_sync(self._close)
+        await anyio.to_thread.run_sync(self._close, abandon_on_cancel=True)
 
-    # -- plumbing ------------------------------------------------------------------------------------------
+    # -- plumbing: thread hops, connections ----------------------------------------------------------------
 
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        return await anyio.to_thread.run_sync(self._locked, fn, *args)
+    async def _run(self, runner: Callable[..., T], *args: Any) -> T:
+        # Abandoned on cancel: the caller's deadline returns at once; the thread finishes the operation with
+        # its connection held, so no other thread can use that connection in the meantime.
+        return await anyio.to_thread.run_sync(runner, *args, abandon_on_cancel=True)
 
-    def _locked(self, fn: Callable[..., T], *args: Any) -> T:
-        with self._lock:
-            conn = self._connection()
+    def _busy_error(self, exc: BaseException | None = None) -> SQLiteBusyError:
+        return SQLiteBusyError(
+            f"{self.active_path}: the write lock is held by another connection; gave up after "
+            f"{self.busy_timeout_s:g} s (busy_timeout_s)"
+        )
+
+    def _read(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run `fn` on a read connection; a file found not to be a store is repaired and `fn` run again."""
+        for attempt in (1, 2):
+            conn, generation = self._take_reader()
             try:
                 return fn(conn, *args)
-            except sqlite3.OperationalError as exc:
-                if _is_busy(exc) and not isinstance(exc, SQLiteBusyError):
-                    raise SQLiteBusyError(
-                        f"{self.path}: the write lock is held by another connection; gave up after "
-                        f"{self.busy_timeout_s:g} s (busy_timeout_s)"
-                    ) from exc
-                raise
+            except sqlite3.DatabaseError as exc:
+                if attempt == 2 or not _is_not_a_store(exc):
+                    raise
+                fault = exc
+            finally:
+                self._give_back(conn, generation)
+            if not self._write_lock.acquire(timeout=self.busy_timeout_s):
+                raise fault  # another thread is writing; it, or the next call, repairs the file
+            try:
+                self._repair(generation, str(fault))
+            finally:
+                self._write_lock.release()
+        raise AssertionError("unreachable")
 
-    def _connection(self) -> sqlite3.Connection:
+    def _write_op(self, incoming: int, fn: Callable[..., T], *args: Any) -> T:
+        """Run `fn` in one write transaction on the writer connection, within the busy timeout overall."""
+        give_up = time.monotonic() + self.busy_timeout_s
+        if not self._write_lock.acquire(timeout=self.busy_timeout_s):
+            raise self._busy_error()
+        try:
+            for attempt in (1, 2):
+                generation, conn = self._writer_connection()
+                try:
+                    return self._write_on(conn, give_up, incoming, fn, *args)
+                except sqlite3.DatabaseError as exc:
+                    if attempt == 2 or not _is_not_a_store(exc):
+                        raise
+                    self._repair(generation, str(exc))
+            raise AssertionError("unreachable")
+        finally:
+            self._write_lock.release()
+
+    def _write_on(self, conn: sqlite3.Connection, give_up: float, incoming: int, fn: Callable[..., T], *args: Any) -> T:
+        if incoming:
+            self._check_wal_room(conn, incoming)
+        remaining_ms = max(0, int((give_up - time.monotonic()) * 1000))
+        conn.execute(f"PRAGMA busy_timeout = {remaining_ms}")
+        try:
+            result = self._write(conn, fn, *args)
+        except sqlite3.OperationalError as exc:
+            if _is_busy(exc) and not isinstance(exc, SQLiteBusyError):
+                raise self._busy_error() from exc
+            raise
+        if self._wal_size() > self.checkpoint_at:
+            self._checkpoint(conn)
+        return result
+
+    def _writer_connection(self) -> tuple[int, sqlite3.Connection]:
+        """The writer connection (the caller holds the write lock), opening the file if need be."""
+        with self._open_lock:
+            self._ensure_open()
+            assert self._writer is not None
+            return self._generation, self._writer
+
+    def _take_reader(self) -> tuple[sqlite3.Connection, int]:
+        with self._open_lock:
+            self._ensure_open()
+            generation, active = self._generation, self._active
+            if self._idle_readers:
+                return self._idle_readers.pop(), generation
+        assert active is not None
+        conn = self._connect(active)
+        try:
+            conn.execute("PRAGMA query_only = 1")
+        except BaseException:
+            conn.close()
+            raise
+        return conn, generation
+
+    def _give_back(self, conn: sqlite3.Connection, generation: int) -> None:
+        with self._open_lock:
+            if (
+                generation == self._generation
+                and not self._closed
+                and not conn.in_transaction
+                and len(self._idle_readers) < _MAX_IDLE_READERS
+            ):
+                self._idle_readers.append(conn)
+                return
+        conn.close()
+
+    def _connect(self, path: Path) -> sqlite3.Connection:
+        return sqlite3.connect(path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False)
+
+    def _ensure_open(self) -> None:
+        """Open the file (the caller holds `_open_lock`): the writer connection, the schema, repairs at open."""
         if self._closed:
             raise RuntimeError("the SQLiteStore is closed")
-        if self._conn is None:
-            conn = sqlite3.connect(
-                self.path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False
-            )
+        if self._writer is not None:
+            return
+        path = self.path
+        for _ in range(3):  # a repair, then possibly the file beside a newer one, then its repair
+            if path.is_dir():
+                self._move_aside(path, "a directory is at the path", None)
+                continue
+            _create_private(path)
+            identity = _identity(path)
+            conn = self._connect(path)
             try:
                 self._prepare(conn)
+            except _NewerSchema as newer:
+                conn.close()
+                beside = _beside(self.path)
+                if path == beside:
+                    raise RuntimeError(f"{path}: {newer}") from None
+                logger.warning("%s: %s; leaving it alone for that version and using %s beside it", path, newer, beside)
+                path = beside
+                continue
+            except (_NotAStore, sqlite3.DatabaseError) as exc:
+                conn.close()
+                if isinstance(exc, sqlite3.DatabaseError) and not _is_not_a_store(exc):
+                    if _is_busy(exc):
+                        raise self._busy_error() from exc
+                    raise
+                self._move_aside(path, str(exc), identity)
+                continue
             except BaseException:
                 conn.close()
                 raise
-            self._conn = conn
-        return self._conn
+            self._writer, self._active, self._identity = conn, path, identity
+            return
+        raise RuntimeError(f"{self.path}: could not open a usable store")
+
+    def _repair(self, generation: int, reason: str) -> None:
+        """Move the open file aside (it is not a store) and open a new one. The caller holds the write lock."""
+        with self._open_lock:
+            if generation != self._generation:
+                return  # another thread repaired it already
+            self._generation += 1
+            path, identity = self._active, self._identity
+            for conn in self._idle_readers:
+                conn.close()
+            self._idle_readers.clear()
+            if self._writer is not None:
+                self._writer.close()
+            self._writer, self._active, self._identity = None, None, None
+            with self._touch_lock:
+                self._pending_touches.clear()
+                self._pending_drops.clear()
+            if path is not None:
+                self._move_aside(path, reason, identity)
+            self._ensure_open()
+
+    def _move_aside(self, path: Path, reason: str, identity: tuple[int, int] | None) -> None:
+        """Rename the file (and its -wal and -shm) beside it, unless the path no longer names that file."""
+        if identity is not None and _identity(path) != identity:
+            return  # another process replaced it already: the new file is opened as it is
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+        aside = path.with_name(f"{path.name}.corrupt-{stamp}")
+        n = 1
+        while aside.exists() or aside.with_name(aside.name + "-wal").exists():
+            n += 1
+            aside = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+        try:
+            os.rename(path, aside)
+        except FileNotFoundError:
+            return
+        for extra in ("-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.rename(path.with_name(path.name + extra), aside.with_name(aside.name + extra))
+        logger.warning(
+            "%s is not a usable mcpcache store (%s): moved it aside to %s and started a new store. Nothing "
+            "reads the old file any more; delete it when you no longer need it.",
+            path,
+            reason,
+            aside,
+        )
 
     def _prepare(self, conn: sqlite3.Connection) -> None:
         mode = self._enable_wal(conn)
         if str(mode).lower() != "wal":
             # A file system without shared memory (some network mounts) refuses WAL; rollback mode still works.
-            logger.warning("%s: SQLite refused WAL mode (got %r); readers will wait for writers", self.path, mode)
+            logger.warning("%s: SQLite refused WAL mode (got %r); readers will wait for writers", conn, mode)
         # NORMAL is durable across a crash of this process in WAL mode; only a power cut may lose the last writes.
         conn.execute("PRAGMA synchronous = NORMAL")
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        conn.execute(f"PRAGMA journal_size_limit = {self.checkpoint_at}")
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
+        version = conn.execute("PRAGMA user_version").fetchall()[0][0]
         if version == SCHEMA_VERSION:
+            _check_tables(conn, version)
             return
         if version > SCHEMA_VERSION:
-            raise RuntimeError(
-                f"{self.path}: cache schema version {version} is newer than this mcpcache reads ({SCHEMA_VERSION})"
-            )
+            raise _NewerSchema(f"cache schema version {version} is newer than this mcpcache reads ({SCHEMA_VERSION})")
         conn.execute("BEGIN IMMEDIATE")
         try:
-            version = conn.execute("PRAGMA user_version").fetchone()[0]  # another process may have won the race
+            version = conn.execute("PRAGMA user_version").fetchall()[0][0]  # another process may have won the race
+            if version > SCHEMA_VERSION:
+                raise _NewerSchema(
+                    f"cache schema version {version} is newer than this mcpcache reads ({SCHEMA_VERSION})"
+                )
+            _check_tables(conn, version)
             if version == 1:
                 # Version 1 rows have no checksum to verify their bodies by. The file is a cache, so the
                 # migration drops every table (their indexes and triggers go with them) and starts empty,
@@ -266,7 +516,8 @@ class SQLiteStore(Store):
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
             raise
 
     def _enable_wal(self, conn: sqlite3.Connection) -> object:
@@ -275,28 +526,69 @@ class SQLiteStore(Store):
         give_up = time.monotonic() + self.busy_timeout_s
         while True:
             try:
-                return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                return conn.execute("PRAGMA journal_mode = WAL").fetchall()[0][0]
             except sqlite3.OperationalError as exc:
                 if not _is_busy(exc) or time.monotonic() >= give_up:
                     raise
             time.sleep(0.01)
 
     def _close(self) -> None:
-        with self._lock:
+        with self._open_lock:
             self._closed = True
-            if self._conn is not None:
+            for conn in self._idle_readers:
+                conn.close()
+            self._idle_readers.clear()
+        # An abandoned write may still be finishing: give it a moment, then leave its connection to it.
+        if not self._write_lock.acquire(timeout=max(self.busy_timeout_s, 1.0)):
+            return
+        try:
+            with self._open_lock:
+                writer, self._writer = self._writer, None
+            if writer is not None:
                 try:
-                    if self._pending_touches:
-                        self._try_flush_touches(self._conn)
+                    if self._pending_touches or self._pending_drops:
+                        self._try_flush(writer)
                 finally:
-                    self._conn.close()
-                    self._conn = None
+                    writer.close()
+        finally:
+            self._write_lock.release()
+
+    # -- plumbing: the write-ahead log ---------------------------------------------------------------------
+
+    def _wal_size(self) -> int:
+        active = self.active_path
+        try:
+            return os.stat(active.with_name(active.name + "-wal")).st_size
+        except OSError:
+            return 0
+
+    def _checkpoint(self, conn: sqlite3.Connection) -> None:
+        """Copy the log into the file and truncate it, without waiting for anyone: a reader that pins the log
+        leaves it as it is (SQLite still copies what it can), for the next attempt."""
+        conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc):
+                raise
+
+    def _check_wal_room(self, conn: sqlite3.Connection, incoming: int) -> None:
+        if self._wal_size() + incoming <= self.wal_cap:
+            return
+        self._checkpoint(conn)
+        size = self._wal_size()
+        if size + incoming > self.wal_cap:
+            raise SQLiteWalFullError(
+                f"{self.active_path}: the write-ahead log is {size / MiB:.1f} MiB and a save of "
+                f"{incoming / MiB:.1f} MiB would pass its cap of {self.wal_cap / MiB:.1f} MiB; a read transaction "
+                "in another process keeps it from being checkpointed, so saves are skipped until it ends"
+            )
 
     def _write(self, conn: sqlite3.Connection, fn: Callable[..., T], *args: Any) -> T:
-        """Run `fn` in one write transaction, after applying queued touches and dropping expired items."""
+        """Run `fn` in one write transaction, after applying queued touches and drops and dropping expired items."""
         conn.execute("BEGIN IMMEDIATE")
         try:
-            self._flush_touches(conn)
+            self._flush_pending(conn)
             conn.execute(
                 "DELETE FROM items WHERE ns = ? AND expires_at <= ?",
                 (self.namespace, self._clock()),
@@ -309,26 +601,28 @@ class SQLiteStore(Store):
             raise
         return result
 
-    # -- operations, each run by one worker thread holding the lock -----------------------------------------
+    # -- operations: loads and usage on a read connection, the rest inside `_write` --------------------------
 
     def _load_many(self, conn: sqlite3.Connection, keys: list[str]) -> list[Item | None]:
         return [self._load(conn, key) for key in keys]
 
     def _load(self, conn: sqlite3.Connection, key: str) -> Item | None:
-        row = conn.execute(_SELECT_ITEM, (self.namespace, key)).fetchone()
-        if row is None:
+        # fetchall, never fetchone: a statement left open keeps its read transaction, which pins the log.
+        rows = conn.execute(_SELECT_ITEM, (self.namespace, key)).fetchall()
+        if not rows:
             return None
-        item, fault = _decode_row(row)
-        if item is None or (item.expires_at is not None and item.expires_at <= self._clock()):
-            if item is None:
-                logger.warning("%s: dropping a corrupt record under key %r: %s", self.path, key, fault)
-            self._drop_if_unusable(conn, key)
+        item, fault = _decode_row(rows[0])
+        if item is None:
+            logger.warning("%s: dropping a corrupt record under key %r: %s", self.active_path, key, fault)
+            self._drop_now_or_later(key)
             return None
-        self._pending_touches[key] = None
-        self._pending_touches.move_to_end(key)
-        while len(self._pending_touches) > _MAX_PENDING_TOUCHES:
-            self._pending_touches.popitem(last=False)
-        self._try_flush_touches(conn)
+        if item.expires_at is not None and item.expires_at <= self._clock():
+            return None  # deleted by the next write
+        with self._touch_lock:
+            self._pending_touches[key] = None
+            self._pending_touches.move_to_end(key)
+            while len(self._pending_touches) > _MAX_PENDING_TOUCHES:
+                self._pending_touches.popitem(last=False)
         return item
 
     def _save(self, conn: sqlite3.Connection, key: str, item: Item, meta: bytes, stamp: float, checksum: str) -> bool:
@@ -471,67 +765,82 @@ class SQLiteStore(Store):
     def _usage(self, conn: sqlite3.Connection, group: str | None) -> Usage:
         now = self._clock()
         if group is None:
-            total = conn.execute("SELECT items, bytes FROM ns_usage WHERE ns = ?", (self.namespace,)).fetchone()
+            total = conn.execute("SELECT items, bytes FROM ns_usage WHERE ns = ?", (self.namespace,)).fetchall()
             expired = conn.execute(
                 "SELECT count(*), COALESCE(SUM(size), 0) FROM items WHERE ns = ? AND expires_at <= ?",
                 (self.namespace, now),
-            ).fetchone()
+            ).fetchall()[0]
         else:
             total = conn.execute(
                 "SELECT items, bytes FROM group_usage WHERE ns = ? AND grp = ?", (self.namespace, group)
-            ).fetchone()
+            ).fetchall()
             expired = conn.execute(
                 "SELECT count(*), COALESCE(SUM(size), 0) FROM items WHERE ns = ? AND expires_at <= ? AND grp = ?",
                 (self.namespace, now, group),
-            ).fetchone()
+            ).fetchall()[0]
         # Expired rows wait for the next write to be deleted (usage stays a read); they are not counted.
-        items, held = (0, 0) if total is None else (int(total[0]), int(total[1]))
+        # fetchall, never fetchone: a statement left open keeps its read transaction, which pins the log.
+        items, held = (0, 0) if not total else (int(total[0][0]), int(total[0][1]))
         return Usage(items=items - int(expired[0]), bytes=held - int(expired[1]))
 
     def _remove_all(self, conn: sqlite3.Connection) -> None:
         conn.execute("DELETE FROM items WHERE ns = ?", (self.namespace,))
-        self._pending_touches.clear()
+        with self._touch_lock:
+            self._pending_touches.clear()
 
-    # -- LRU touches ---------------------------------------------------------------------------------------
+    # -- queued touches and drops --------------------------------------------------------------------------
 
-    def _flush_touches(self, conn: sqlite3.Connection) -> None:
-        """Apply queued uses, oldest first, inside the caller's write transaction."""
-        while self._pending_touches:
-            key, _ = self._pending_touches.popitem(last=False)
+    def _flush_pending(self, conn: sqlite3.Connection) -> None:
+        """Apply queued uses, oldest first, and queued drops, inside the caller's write transaction."""
+        with self._touch_lock:
+            touches = list(self._pending_touches)
+            self._pending_touches.clear()
+            drops = sorted(self._pending_drops)
+            self._pending_drops.clear()
+        for key in touches:
             conn.execute(
                 f"UPDATE items SET accessed = {_NEXT_TICK} WHERE ns = :ns AND key = :key",
                 {"ns": self.namespace, "key": key},
             )
+        for key in drops:
+            self._drop_if_unusable(conn, key)
 
-    def _try_flush_touches(self, conn: sqlite3.Connection) -> None:
-        # A touch only orders eviction: when the write lock is taken it waits for a later write, never the load.
+    def _try_flush(self, conn: sqlite3.Connection) -> None:
+        """Apply what is queued if the write lock is free right now; never waits."""
         if not self._begin_without_waiting(conn):
             return
         try:
-            self._flush_touches(conn)
+            self._flush_pending(conn)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+
+    def _drop_now_or_later(self, key: str) -> None:
+        """Delete a corrupt record found by a load: now if this process's write lock and SQLite's are free,
+        otherwise by the next write. Never waits."""
+        with self._touch_lock:
+            self._pending_drops.add(key)
+        if not self._write_lock.acquire(blocking=False):
+            return
+        try:
+            with self._open_lock:
+                writer = self._writer
+            if writer is not None:
+                self._try_flush(writer)
+        finally:
+            self._write_lock.release()
 
     def _drop_if_unusable(self, conn: sqlite3.Connection, key: str) -> None:
-        """Delete the record under `key` if it is still corrupt or expired. The load that found it read
-        outside any write transaction, so another connection may have replaced it since: the record is
-        read again under the write lock and a sound replacement is left alone. Never waits for the lock."""
-        if not self._begin_without_waiting(conn):
-            return
-        try:
-            row = conn.execute(_SELECT_ITEM, (self.namespace, key)).fetchone()
-            if row is not None:
-                item, _ = _decode_row(row)
-                if item is None or (item.expires_at is not None and item.expires_at <= self._clock()):
-                    conn.execute("DELETE FROM items WHERE id = ?", (row[0],))
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+        """Inside a write transaction: delete the record under `key` if it is still corrupt or expired. The
+        load that found it read outside any write transaction, so another connection may have replaced it
+        since: the record is read again under the write lock and a sound replacement is left alone."""
+        row = conn.execute(_SELECT_ITEM, (self.namespace, key)).fetchone()
+        if row is not None:
+            item, _ = _decode_row(row)
+            if item is None or (item.expires_at is not None and item.expires_at <= self._clock()):
+                conn.execute("DELETE FROM items WHERE id = ?", (row[0],))
 
     def _begin_without_waiting(self, conn: sqlite3.Connection) -> bool:
         conn.execute("PRAGMA busy_timeout = 0")
@@ -541,12 +850,57 @@ class SQLiteStore(Store):
             if _is_busy(exc):
                 return False
             raise
-        finally:
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
         return True
 
 
-def _is_busy(exc: sqlite3.OperationalError) -> bool:
+def _is_not_a_store(exc: BaseException) -> bool:
+    """Whether an error says the file is not a usable store (damaged, not SQLite, our tables gone), as
+    opposed to busy, full or unreadable for a reason that moving the file would not fix."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None and (code & 0xFF in _CORRUPT_CODES or code == _SHORT_READ):
+        return True
+    if isinstance(exc, _NotAStore):
+        return True
+    message = str(exc)
+    return message.startswith(("no such table", "no such column", "file is not a database")) or ("malformed" in message)
+
+
+def _check_tables(conn: sqlite3.Connection, version: int) -> None:
+    """Raise `_NotAStore` unless the file's tables are what `version` of our schema has (0: none at all)."""
+    names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
+    names = {name for name in names if not name.startswith("sqlite_")}
+    if version == 0 and names:
+        raise _NotAStore(f"a SQLite database of another schema (tables {', '.join(sorted(names)[:5])})")
+    if version > 0 and not set(_TABLES) <= names:
+        raise _NotAStore(f"schema version {version} without its tables")
+
+
+def _create_private(path: Path) -> None:
+    """Create the database file readable by its owner only, before SQLite creates it with the umask's mode;
+    SQLite gives its -wal and -shm files the database's mode. An existing file is left as it is."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _beside(path: Path) -> Path:
+    """The file this schema version uses beside a file of a newer one: tools.db -> tools.v2.db."""
+    if path.suffix:
+        return path.with_name(f"{path.stem}.v{SCHEMA_VERSION}{path.suffix}")
+    return path.with_name(f"{path.name}.v{SCHEMA_VERSION}")
+
+
+def _is_busy(exc: sqlite3.DatabaseError) -> bool:
     code = getattr(exc, "sqlite_errorcode", None)
     if code is not None:
         return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)

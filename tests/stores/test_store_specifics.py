@@ -152,12 +152,16 @@ class TestSQLiteStore:
                 None,
             ]
 
-    async def test_a_file_from_a_newer_version_is_refused(self, tmp_path: Path) -> None:
+    async def test_a_file_from_a_newer_version_is_left_alone(self, tmp_path: Path) -> None:
+        # A newer mcpcache may be using it: this version keeps its entries in a file of its own beside it.
         with sqlite3.connect(tmp_path / "new.db") as conn:
             conn.execute("PRAGMA user_version = 99")
         async with SQLiteStore(tmp_path / "new.db") as store:
-            with pytest.raises(RuntimeError, match="schema version 99 is newer"):
-                await store.load("k")
+            assert await store.load("k") is None
+            assert await store.save("k", Item({}, b"body"))
+            assert store.active_path == tmp_path / "new.v2.db"
+        with sqlite3.connect(tmp_path / "new.db") as conn:
+            assert conn.execute("PRAGMA user_version").fetchone()[0] == 99
 
     async def test_namespaces_share_a_file_but_nothing_else(self, tmp_path: Path) -> None:
         path = tmp_path / "c.db"

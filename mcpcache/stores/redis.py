@@ -575,6 +575,9 @@ class RedisStore(Store):
             self._trip()
             raise
 
+    async def __aenter__(self) -> RedisStore:
+        return self
+
     async def close(self) -> None:
         if self._owns_client:
             await self._client.aclose()

@@ -53,7 +53,7 @@ async def test_a_frozen_redis_costs_each_call_at_most_the_deadline(own_redis_ser
                     call = await conn.call("read", K)
                     samples.append(time.monotonic() - started)
                     assert not call.result.is_error
-                    assert call.result.structured_content["text"] == "k: first edition"  # type: ignore[index]
+                    assert call.result.structured_content["text"] == "k: first edition"
                     assert samples[-1] < DEADLINE_S + MARGIN_S
                 assert cache.stats.store_failures >= 1
             report("tool cache, frozen Redis", samples)

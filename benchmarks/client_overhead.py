@@ -1,6 +1,6 @@
 """What the client half costs and saves: fresh hits, revalidated reads, and memory under a bounded store.
 
-Three questions, each answered by measuring (never by asserting):
+Four questions, each answered by measuring (never by asserting):
 
 1. Fresh hit against a round trip. The same tool result (about 1 KB and 100 KB) asked for through
    `ToolCache.wrap(client).call_tool(...)` while the stored copy is fresh (MemoryStore and SQLiteStore),
@@ -20,11 +20,18 @@ Three questions, each answered by measuring (never by asserting):
 3. Peak memory while 2 GiB of results pass through a MemoryStore bounded at 256 MiB, in fresh
    subprocesses (benchmarks/client_overhead_memory.py), with and without MALLOC_MMAP_THRESHOLD_=131072.
    Target: peak RSS < 256 MiB + 150 MiB.
+4. What the stores' integrity features cost (`--only integrity`, not part of the default run): on the 5 MB
+   notebook's stored answer (about 10 MB), in MemoryStore, SQLiteStore (a temp file) and RedisStore (a
+   private redis-server on a free loopback port, started and stopped by this script), the xxh3_64 checksum
+   (`body_checksum`) against the `load_many` that verifies it and a whole fresh hit through `ToolCache`,
+   and against a `save` that computes it; and `update_meta` with compare-and-set (`if_tag`, `stamp`)
+   against without. Configurations are interleaved in rounds (order shuffled per round); medians and
+   per-round ratios with their spread.
 
 Run:  python benchmarks/client_overhead.py            (about three minutes)
       python benchmarks/client_overhead.py --quick    (fewer runs; a smoke test, not for the docs)
       python benchmarks/client_overhead.py --json out.json
-      python benchmarks/client_overhead.py --only fresh|reads|memory
+      python benchmarks/client_overhead.py --only fresh|reads|memory|integrity
       python benchmarks/client_overhead.py --profile  (also print a cProfile of the fresh-hit path)
 It prints Markdown tables; docs/benchmarks.md holds a copy of one run and how to read it.
 """
@@ -63,7 +70,14 @@ from mcp_types import CallToolResult, ToolAnnotations
 from typing_extensions import TypedDict
 
 import mcpcache
-from mcpcache.bench.common import free_port, machine, percentile, stop_process, wait_until_listening
+from mcpcache.bench.common import (
+    RedisServer,
+    free_port,
+    machine,
+    percentile,
+    stop_process,
+    wait_until_listening,
+)
 from mcpcache.bench.wire import CountingTransport, WireLog, WireRecord
 from mcpcache.client import ToolCache
 from mcpcache.client.cache import decode_result, encode_result
@@ -74,6 +88,8 @@ from mcpcache.protocol import MAX_TTL_MS, META_KEY, conditional_request_meta
 from mcpcache.server.fastmcp import install
 from mcpcache.server.policies import CachePolicy, ToolPolicies
 from mcpcache.stores import MemoryStore, SQLiteStore, Store
+from mcpcache.stores.base import Item, body_checksum
+from mcpcache.stores.redis import RedisStore
 
 MB = 1_000_000
 MiB = 1024 * 1024
@@ -91,7 +107,18 @@ DEMO_TTL_S = 5.0
 MEMORY_SCRIPT = Path(__file__).resolve().parent / "client_overhead_memory.py"
 MMAP_ENV = "MALLOC_MMAP_THRESHOLD_"
 
-LIBRARIES = ("mcpcache", "mcp", "fastmcp", "pydantic", "pydantic-core", "orjson", "cachetools", "uvicorn")
+LIBRARIES = (
+    "mcpcache",
+    "mcp",
+    "fastmcp",
+    "pydantic",
+    "pydantic-core",
+    "orjson",
+    "cachetools",
+    "uvicorn",
+    "xxhash",
+    "redis",
+)
 
 ClientKind = Literal["mcp", "fastmcp"]
 
@@ -351,8 +378,15 @@ async def fresh_rows(quick: bool, profile: bool) -> tuple[list[FreshRow], list[B
 class _StubConnection:
     """A connection that is never used: the entry is fresh, so the driver sends nothing."""
 
+    timeout_s: float | None = None
+
     def __init__(self, server_id: str, era: str) -> None:
         self.server_id, self.era = server_id, era
+
+    async def send(
+        self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None, timeout_s: float | None
+    ) -> CallToolResult | None:
+        raise AssertionError("a fresh hit sent a request")
 
     async def send_plain(self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None) -> CallToolResult:
         raise AssertionError("a fresh hit sent a request")
@@ -724,6 +758,265 @@ def memory_rows(quick: bool) -> list[dict[str, Any]]:
     return rows
 
 
+# --- 4. what checksums and compare-and-set cost, on the 5 MB notebook's stored answer ---------------------
+
+
+INTEGRITY_ROUNDS = 30
+"""Rounds of the integrity section: each round times every block once, the blocks in a shuffled order."""
+INTEGRITY_BLOCKS = (("checksum", "load"), ("fresh",), ("save",), ("update", "update_cas"))
+"""Per store, what is timed side by side: a block's configurations alternate call by call (ABBA...), so a
+within-round ratio compares calls made moments apart."""
+INTEGRITY_REPS = {"checksum": 5, "fresh": 3, "save": 3, "update": 25}
+"""Calls of each configuration per block and round, by the block's first configuration; a round's value
+for a configuration is the median of its calls."""
+REDIS_SERVER = "/usr/bin/redis-server"
+
+
+@dataclass
+class Spread:
+    """A statistic over rounds: the median and the p10-p90 and min-max of the per-round values."""
+
+    median: float
+    p10: float
+    p90: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, values: list[float]) -> Spread:
+        return cls(
+            statistics.median(values), percentile(values, 0.10), percentile(values, 0.90), min(values), max(values)
+        )
+
+
+@dataclass
+class IntegrityStore:
+    store: str
+    load_ms: Spread
+    """`store.load_many([entry_key, mark_key])`, as a fresh hit's lookup does (it verifies the checksum)."""
+    fresh_ms: Spread
+    """A fresh hit of `read_notebook` through `ToolCache.wrap(client).call(...)`, end to end."""
+    update_ms: Spread
+    """`update_meta(key, meta, expires_at)`: no compare-and-set."""
+    update_cas_ms: Spread
+    """`update_meta(key, meta, expires_at, if_tag=<the stored tag>, stamp=<now>)`, as a revalidation does."""
+    save_ms: Spread
+    """`save()` of the stored answer under a key of its own (replacing the previous round's copy)."""
+    checksum_of_load: Spread
+    """Per round: `body_checksum` ÷ `load_many`."""
+    checksum_of_fresh: Spread
+    """Per round: `body_checksum` ÷ the fresh hit."""
+    checksum_of_save: Spread
+    """Per round: `body_checksum` ÷ `save`."""
+    cas_over_plain: Spread
+    """Per round: `update_meta` with if_tag and stamp ÷ without."""
+    cas_minus_plain_us: Spread
+    """Per round: `update_meta` with if_tag and stamp − without, in µs."""
+    not_fresh: int
+    refused: int
+    """Compare-and-set updates or saves the store refused (should be 0: every one carries the stored tag and
+    a later stamp)."""
+
+
+@dataclass
+class IntegrityResult:
+    notebook_bytes: int
+    stored_bytes: int
+    rounds: int
+    reps: dict[str, int]
+    checksum_ms: Spread
+    stores: list[IntegrityStore]
+    redis_version: str
+
+
+class FrozenClock:
+    """The cache's clock, stopped when the entries were stored: every lookup finds them fresh. The stores
+    keep their own clocks (and Redis its server's), and the entries their 7-day keep-stale expiry."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def integrity_rows(quick: bool, errlog: TextIO) -> IntegrityResult:
+    rounds = 6 if quick else INTEGRITY_ROUNDS
+    rng = random.Random(7)
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mcpcache-bench-")))
+        name = "read-5mb.ipynb"
+        notebook_bytes = generate_notebook_of_size(tmp / name, NOTEBOOK_BYTES, seed=5).stat().st_size
+        redis_server = stack.enter_context(RedisServer(REDIS_SERVER))
+        redis_version = next((w for w in redis_server.version().split() if w.startswith("v=")), "v=?")[2:]
+        stores: dict[str, Store] = {
+            "memory": MemoryStore(),
+            "sqlite": SQLiteStore(tmp / "integrity.db"),
+            "redis": RedisStore(redis_server.url, namespace="bench-integrity"),
+        }
+        try:
+            async with demo_client("stdio", tmp, [], WireLog(deferred=True), errlog) as client:
+                await client.list_tools()
+                era = str(client.session.protocol_version)
+                args = {"path": name}
+                clock = FrozenClock()
+                caches = {kind: ToolCache(store, clock=clock) for kind, store in stores.items()}
+                views = {kind: cache.wrap(client) for kind, cache in caches.items()}
+                keys: dict[str, tuple[str, str]] = {}
+                entries: dict[str, Item] = {}
+                for kind, view in views.items():
+                    first = await view.call("read_notebook", args)  # the miss that stores the answer
+                    assert first.outcome.status == "miss", first.outcome
+                    identity = CallIdentity(view.server_id, caches[kind].partition, era, "read_notebook", args)
+                    keys[kind] = (identity.key("private"), identity.mark_key())
+                    item = await stores[kind].load(keys[kind][0])
+                    assert item is not None, "the answer was not stored"
+                    assert item.tag is not None, "the answer was stored without a tag"
+                    entries[kind] = item
+                body = entries["memory"].body
+                assert all(e.body == body for e in entries.values()), "the stores hold different answers"
+                not_fresh = dict.fromkeys(stores, 0)
+                refused = dict.fromkeys(stores, 0)
+                arms: dict[str, Callable[[], Awaitable[object]]] = {}
+                for kind in stores:
+                    arms.update(
+                        _integrity_arms(
+                            kind, stores[kind], views[kind], keys[kind], entries[kind], args, not_fresh, refused
+                        )
+                    )
+                blocks = [tuple(f"{kind}:{arm}" for arm in block) for kind in stores for block in INTEGRITY_BLOCKS]
+                per_round = await _integrity_rounds(arms, blocks, rounds, rng)
+        finally:
+            for store in stores.values():
+                await store.close()
+    results = []
+    for kind in stores:
+        checksum_rounds = per_round[f"{kind}:checksum"]
+
+        def ms(arm: str, kind: str = kind) -> Spread:
+            return Spread.of([v * 1e3 for v in per_round[f"{kind}:{arm}"]])
+
+        def ratio(top: list[float], bottom: list[float]) -> Spread:
+            return Spread.of([a / b for a, b in zip(top, bottom, strict=True)])
+
+        plain, cas = per_round[f"{kind}:update"], per_round[f"{kind}:update_cas"]
+        results.append(
+            IntegrityStore(
+                store=kind,
+                load_ms=ms("load"),
+                fresh_ms=ms("fresh"),
+                update_ms=ms("update"),
+                update_cas_ms=ms("update_cas"),
+                save_ms=ms("save"),
+                checksum_of_load=ratio(checksum_rounds, per_round[f"{kind}:load"]),
+                checksum_of_fresh=ratio(checksum_rounds, per_round[f"{kind}:fresh"]),
+                checksum_of_save=ratio(checksum_rounds, per_round[f"{kind}:save"]),
+                cas_over_plain=ratio(cas, plain),
+                cas_minus_plain_us=Spread.of([(c - p) * 1e6 for c, p in zip(cas, plain, strict=True)]),
+                not_fresh=not_fresh[kind],
+                refused=refused[kind],
+            )
+        )
+    return IntegrityResult(
+        notebook_bytes=notebook_bytes,
+        stored_bytes=len(body),
+        rounds=rounds,
+        reps=dict(INTEGRITY_REPS),
+        checksum_ms=Spread.of([v * 1e3 for kind in stores for v in per_round[f"{kind}:checksum"]]),
+        stores=results,
+        redis_version=redis_version,
+    )
+
+
+def _integrity_arms(
+    kind: str,
+    store: Store,
+    view: Any,
+    keys: tuple[str, str],
+    entry: Item,
+    args: dict[str, Any],
+    not_fresh: dict[str, int],
+    refused: dict[str, int],
+) -> dict[str, Callable[[], Awaitable[object]]]:
+    """The configurations timed on one store, each one call."""
+    entry_key, mark_key = keys
+    save_key = entry_key + ":integrity-save"
+    tag = entry.tag
+    body = entry.body
+
+    async def checksum() -> object:
+        # The bytes the load just verified, hashed alone: the part of `load_many` the checksum is.
+        return body_checksum(body)
+
+    async def load() -> object:
+        items = await store.load_many([entry_key, mark_key])
+        if items[0] is None:
+            not_fresh[kind] += 1
+        return items
+
+    async def fresh() -> object:
+        call = await view.call("read_notebook", args)
+        if call.outcome.status != "fresh_hit":
+            not_fresh[kind] += 1
+        return call
+
+    async def update() -> object:
+        return await store.update_meta(entry_key, entry.meta, entry.expires_at)
+
+    async def update_cas() -> object:
+        admitted = await store.update_meta(entry_key, entry.meta, entry.expires_at, if_tag=tag, stamp=time.time())
+        if not admitted:
+            refused[kind] += 1
+        return admitted
+
+    async def save() -> object:
+        now = time.time()
+        item = Item(entry.meta, entry.body, entry.group, now, now + 3600, tag, now)
+        stored = await store.save(save_key, item)
+        if not stored:
+            refused[kind] += 1
+        return stored
+
+    return {
+        f"{kind}:checksum": checksum,
+        f"{kind}:load": load,
+        f"{kind}:fresh": fresh,
+        f"{kind}:update": update,
+        f"{kind}:update_cas": update_cas,
+        f"{kind}:save": save,
+    }
+
+
+async def _integrity_rounds(
+    arms: dict[str, Callable[[], Awaitable[object]]],
+    blocks: list[tuple[str, ...]],
+    rounds: int,
+    rng: random.Random,
+) -> dict[str, list[float]]:
+    """Each round times every block once, the blocks in a shuffled order; within a block its arms alternate
+    call by call, the order flipped every call. A round's value for an arm is the median of its calls."""
+    for call in arms.values():
+        for _ in range(2):
+            await call()
+    per_round: dict[str, list[float]] = {name: [] for name in arms}
+    order = list(blocks)
+    for index in range(rounds):
+        print(f"integrity: round {index + 1} of {rounds}...", file=sys.stderr)
+        rng.shuffle(order)
+        gc.collect()  # between rounds, not inside one
+        with gc_paused():
+            for block in order:
+                samples: dict[str, list[float]] = {name: [] for name in block}
+                for rep in range(INTEGRITY_REPS[block[0].rpartition(":")[2]]):
+                    for name in block if rep % 2 == 0 else reversed(block):
+                        start = time.perf_counter()
+                        await arms[name]()
+                        samples[name].append(time.perf_counter() - start)
+                for name, values in samples.items():
+                    per_round[name].append(statistics.median(values))
+    return per_round
+
+
 # --- report ---------------------------------------------------------------------------------------------
 
 
@@ -879,6 +1172,72 @@ def render_memory(rows: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def _spread(s: Spread, fmt: str = "{:.2f}") -> str:
+    return f"{fmt.format(s.median)} [{fmt.format(s.p10)}–{fmt.format(s.p90)}; {fmt.format(s.low)}–{fmt.format(s.high)}]"
+
+
+def _share(s: Spread) -> str:
+    return f"**{s.median:.1%}** [{s.p10:.1%}–{s.p90:.1%}; {s.low:.1%}–{s.high:.1%}]"
+
+
+def render_integrity(result: IntegrityResult) -> list[str]:
+    name = {
+        "memory": "MemoryStore",
+        "sqlite": "SQLiteStore (temp file)",
+        "redis": f"RedisStore (redis-server {result.redis_version}, loopback)",
+    }
+    reps = ", ".join(f"{' and '.join(block)}: {result.reps[block[0]]}" for block in INTEGRITY_BLOCKS)
+    c = result.checksum_ms
+    out = [
+        f"### What checksums and compare-and-set cost: the {_kb(result.notebook_bytes)} notebook, "
+        f"a stored answer of {_kb(result.stored_bytes)}",
+        "",
+        f"{result.rounds} rounds; each round times every store's blocks once, in a shuffled order; within a block "
+        f"its configurations alternate call by call (calls per configuration and round: {reps}), and a round's "
+        "value is the median of its calls. Cells: median over rounds [p10–p90; min–max of the per-round "
+        "values]; ratios and differences are taken within each round, then summarised. "
+        f"`body_checksum` (xxh3_64) of the stored answer alone: {_spread(c)} ms.",
+        "",
+        "#### Fresh hit: the checksum verified on load",
+        "",
+        "| store | `load_many([entry, mark])`, ms | checksum ÷ load | fresh hit through `ToolCache`, ms "
+        "| checksum ÷ fresh hit | not fresh |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in result.stores:
+        out.append(
+            f"| {name[r.store]} | {_spread(r.load_ms)} | {_share(r.checksum_of_load)} | {_spread(r.fresh_ms)} "
+            f"| {_share(r.checksum_of_fresh)} | {r.not_fresh} |"
+        )
+    out += [
+        "",
+        "#### Revalidation: `update_meta` with compare-and-set (if_tag, stamp) against without",
+        "",
+        "| store | `update_meta(key, meta, expires_at)`, µs | `update_meta(..., if_tag=tag, stamp=now)`, µs "
+        "| with ÷ without | with − without, µs | refused |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in result.stores:
+        us = "{:.1f}"
+        plain = Spread(*(v * 1e3 for v in asdict(r.update_ms).values()))
+        cas = Spread(*(v * 1e3 for v in asdict(r.update_cas_ms).values()))
+        out.append(
+            f"| {name[r.store]} | {_spread(plain, us)} | {_spread(cas, us)} "
+            f"| **{_spread(r.cas_over_plain, '{:.3f}')}** | {_spread(r.cas_minus_plain_us, '{:+.1f}')} "
+            f"| {r.refused} |"
+        )
+    out += [
+        "",
+        "#### Save: the checksum computed on save",
+        "",
+        "| store | `save()` of the stored answer, ms | checksum ÷ save |",
+        "|---|---|---|",
+    ]
+    for r in result.stores:
+        out.append(f"| {name[r.store]} | {_spread(r.save_ms)} | {_share(r.checksum_of_save)} |")
+    return out
+
+
 async def run(only: str | None, quick: bool, profile: bool, errlog: TextIO) -> dict[str, Any]:
     info = {**machine(libraries=LIBRARIES), "mcpcache_source": mcpcache_source()}
     results: dict[str, Any] = {"machine": info}
@@ -897,6 +1256,10 @@ async def run(only: str | None, quick: bool, profile: bool, errlog: TextIO) -> d
         out += ["", *render_reads(notebook_bytes, reads)]
         results["notebook_bytes"] = notebook_bytes
         results["reads"] = [asdict(r) for r in reads]
+    if only == "integrity":
+        integrity = await integrity_rows(quick, errlog)
+        out += ["", *render_integrity(integrity)]
+        results["integrity"] = asdict(integrity)
     if only in (None, "memory"):
         memory = memory_rows(quick)
         out += ["", *render_memory(memory)]
@@ -908,7 +1271,11 @@ async def run(only: str | None, quick: bool, profile: bool, errlog: TextIO) -> d
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="a tenth of the runs (smoke test)")
-    parser.add_argument("--only", choices=("fresh", "reads", "memory"), help="run one part")
+    parser.add_argument(
+        "--only",
+        choices=("fresh", "reads", "memory", "integrity"),
+        help="run one part (integrity: only when asked for)",
+    )
     parser.add_argument("--profile", action="store_true", help="print a cProfile of the fresh-hit path")
     parser.add_argument("--json", type=Path, help="also write the raw numbers here")
     args = parser.parse_args()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,14 +12,21 @@ if TYPE_CHECKING:
 
 
 def cache_dir() -> Path:
-    """`$MCPCACHE_DIR`, else `$XDG_CACHE_HOME/mcpcache`, else `~/.cache/mcpcache` (created on demand)."""
+    """`$MCPCACHE_DIR`, else `$XDG_CACHE_HOME/mcpcache`, else `~/.cache/mcpcache` (created on demand).
+
+    Cached tool answers can be private: the folder is created readable by its owner only (0700), and the
+    `mcpcache` folder of the default location is made so if an older version created it more open. A folder
+    named by `$MCPCACHE_DIR` that already exists is the user's, and is left as it is."""
     explicit = os.environ.get("MCPCACHE_DIR")
     if explicit:
         base = Path(explicit)
     else:
         xdg = os.environ.get("XDG_CACHE_HOME")
         base = (Path(xdg) if xdg else Path.home() / ".cache") / "mcpcache"
-    base.mkdir(parents=True, exist_ok=True)
+    base.mkdir(mode=0o700, parents=True, exist_ok=True)  # parents get the umask's mode; only ours is private
+    if not explicit:
+        with contextlib.suppress(OSError):  # a folder of another owner: its mode is not ours to change
+            os.chmod(base, 0o700)
     return base
 
 

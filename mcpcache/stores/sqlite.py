@@ -480,20 +480,22 @@ class SQLiteStore(Store):
         )
 
     def _prepare(self, conn: sqlite3.Connection) -> None:
+        # What the file is, before anything is written to it: a newer version's or another program's file
+        # is not touched (not even switched to WAL).
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
+        version = conn.execute("PRAGMA user_version").fetchall()[0][0]
+        if version > SCHEMA_VERSION:
+            raise _NewerSchema(f"cache schema version {version} is newer than this mcpcache reads ({SCHEMA_VERSION})")
+        _check_tables(conn, version)
         mode = self._enable_wal(conn)
         if str(mode).lower() != "wal":
             # A file system without shared memory (some network mounts) refuses WAL; rollback mode still works.
-            logger.warning("%s: SQLite refused WAL mode (got %r); readers will wait for writers", conn, mode)
+            logger.warning("%s: SQLite refused WAL mode (got %r); readers will wait for writers", self.path, mode)
         # NORMAL is durable across a crash of this process in WAL mode; only a power cut may lose the last writes.
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute(f"PRAGMA journal_size_limit = {self.checkpoint_at}")
-        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
-        version = conn.execute("PRAGMA user_version").fetchall()[0][0]
         if version == SCHEMA_VERSION:
-            _check_tables(conn, version)
             return
-        if version > SCHEMA_VERSION:
-            raise _NewerSchema(f"cache schema version {version} is newer than this mcpcache reads ({SCHEMA_VERSION})")
         conn.execute("BEGIN IMMEDIATE")
         try:
             version = conn.execute("PRAGMA user_version").fetchall()[0][0]  # another process may have won the race

@@ -136,8 +136,10 @@ def build_versioned(state: Versions, ttl_ms: int) -> FastMCP:
     async def read(doc: str, who: str, ctx: Context) -> ToolResult:
         return await state.read(doc, who, dict(ctx.request_context.meta or {}))
 
-    @server.tool(annotations=MUTATING)
-    def edit(doc: str, who: str, n: int, ctx: Context) -> str:
+    # No output schema: a client then has no answer of this tool to check, and does not import jsonschema
+    # (seconds of grammar compiling on the first check) in the middle of a timed run.
+    @server.tool(annotations=MUTATING, output_schema=None)
+    async def edit(doc: str, who: str, n: int, ctx: Context) -> str:
         # `n` makes every edit a distinct call (identical concurrent calls may be shared by a cache).
         rid = (ctx.request_context.meta or {}).get("rid")
         return f"{doc} is now v{state.change(doc, rid if isinstance(rid, str) else None, who)}"

@@ -284,10 +284,23 @@ class SendOwn:
 Join = JoinFlight | SendOwn
 
 
-def decide_join(flight_sent_at: float, freshness_ended_at: float | None) -> Join:
-    """A call may share an identical request in flight only if that request was sent after the partition's
-    freshness last ended: an answer to a request sent before a mutation returned may predate it, and a
-    caller must read its own writes."""
+def decide_join(
+    flight_sent_at: float | None, freshness_ended_at: float | None, *, stored: bool, read_only: bool | None
+) -> Join:
+    """Whether a call may share an identical request (`flight_sent_at`: when the one in flight was sent, or
+    None when there is none; the answer then says whether this call's own request may be shared).
+
+    Only reads are shared: two identical calls of a tool that writes are two writes, and sharing one request
+    would perform one of them and tell both callers theirs was done. A call is known to be a read when the
+    server stamped a cache block on its answer before (`stored`) or annotated the tool read-only. (Believed
+    from any server here: a wrong annotation can only merge this client's own identical calls.)
+    And a call never shares a request sent before the partition's freshness last ended: its answer may
+    predate a mutation the caller has already seen return (read-your-writes).
+    """
+    if not stored and read_only is not True:
+        return SendOwn("not shared: the tool is not known to be a read (no stored answer, not annotated read-only)")
+    if flight_sent_at is None:
+        return JoinFlight("no identical call in flight; identical calls may share this one")
     if freshness_ended_at is not None and flight_sent_at <= freshness_ended_at:
         return SendOwn("the identical call in flight was sent before freshness last ended; sending a new one")
     return JoinFlight("sharing an identical call in flight")

@@ -214,23 +214,33 @@ class ToolCache:
                 if served is not None:
                     return self._finish(*served)
                 looked = await self._unreadable(looked)
+            shareable = False
             if mode == "use":
                 if self._flights.landed(key) != landed:
                     continue  # an identical call landed during the lookup: what it stored may be fresh
+                read_only = None if looked.found is not None else await conn.read_only(name)
                 flight = self._flights.current(key)
-                if flight is not None:
-                    join = decide_join(flight.sent_at, looked.ended_at)
-                    match join:
-                        case JoinFlight():
-                            shared = await self._flights.follow(flight, deadline)
-                            if shared is not None:
-                                return self._finish(*shared)
-                            continue  # the leader failed for reasons of its own: this call goes on
-                        case SendOwn():
-                            logger.debug("tool %r: %s", name, join.reason)
-                        case _:
-                            assert_never(join)
-            return await self._lead(conn, identity, key, mode, user_meta, looked, deadline)
+                join = decide_join(
+                    flight.sent_at if flight is not None else None,
+                    looked.ended_at,
+                    stored=looked.found is not None,
+                    read_only=read_only,
+                )
+                match join:
+                    case JoinFlight() if flight is not None:
+                        shared = await self._flights.follow(flight, deadline)
+                        if shared is not None:
+                            return self._finish(*shared)
+                        continue  # the leader failed for reasons of its own: this call goes on
+                    case JoinFlight():
+                        shareable = True
+                    case SendOwn():
+                        logger.debug("tool %r: %s", name, join.reason)
+                    case _:
+                        assert_never(join)
+                if self._flights.landed(key) != landed:
+                    continue  # the annotations were fetched meanwhile; an identical call may have landed
+            return await self._lead(conn, identity, key, mode, shareable, user_meta, looked, deadline)
 
     async def _lead(
         self,
@@ -238,12 +248,13 @@ class ToolCache:
         identity: CallIdentity,
         key: str,
         mode: CacheMode,
+        shareable: bool,
         user_meta: dict[str, Any] | None,
         looked: _Looked,
         deadline: float | None,
     ) -> tuple[CallToolResult, CallOutcome]:
-        """Send this call for itself and for whoever joins it meanwhile."""
-        flight = self._flights.start(key, self.clock()) if mode == "use" else None
+        """Send this call for itself and, when it may be shared, for whoever joins it meanwhile."""
+        flight = self._flights.start(key, self.clock()) if shareable else None
         try:
             remaining = None if deadline is None else max(deadline - anyio.current_time(), 0.0)
             result, outcome = await self._send(conn, identity, key, mode, user_meta, looked, remaining)
@@ -310,7 +321,7 @@ class ToolCache:
         # must not make this process serve, as fresh, entries the server has since changed.
         self._ended[mark_key] = max(now, self._ended.get(mark_key, now))
         item = Item(meta={"endedAt": now}, body=b"", group="marks", created_at=now, stamp=now)
-        await self._store.save(mark_key, item)
+        await self._store.save_persistently(mark_key, item)
 
     async def _send(
         self,

@@ -101,6 +101,30 @@ class FencedStore:
 
         return await self._run("save", action, False)
 
+    async def save_persistently(self, key: str, item: Item, *, attempts: int = 3) -> bool:
+        """A write other processes depend on for correctness (a freshness end: another process learns of a
+        mutation only through it). It is asked for even while the circuit is open, and tried again after a
+        failure (a lock held for a moment by another writer), a few times within one deadline: it is small,
+        and what it costs is paid by a mutating call, never by a read."""
+        give_up = self._monotonic() + self.deadline_s
+        for attempt in range(attempts):
+            remaining = give_up - self._monotonic()
+            if remaining <= 0:
+                break
+            with anyio.move_on_after(remaining):
+                try:
+                    stored = await self.store.save(key, item)
+                except Exception:
+                    self._failed("save", "failed", exc_info=True)
+                    if attempt + 1 < attempts:
+                        await anyio.sleep(0.02)
+                    continue
+                self._ok("save")
+                return stored is not False
+            self._failed("save", f"did not answer within {self.deadline_s:g} s")
+            break
+        return False
+
     async def update_meta(
         self, key: str, meta: Mapping[str, Any], expires_at: float | None, *, if_tag: str | None, stamp: float
     ) -> bool:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import anyio
 import mcp_types as mt
 from mcp import Client as MCPClient
 from mcp import ClientSession, StdioServerParameters
@@ -225,6 +226,7 @@ class _CachedView:
         self._wrapped = wrapped
         self._server_id = server_id
         self._read_only: dict[str, bool | None] | None = None
+        self._listing = anyio.Lock()
         self._hooked: ClientSession | None = None
         self.last_outcome: CallOutcome | None = None
         """The outcome of this view's most recent call (under concurrency, use `call()` instead)."""
@@ -271,15 +273,19 @@ class _CachedView:
 
     async def read_only(self, name: str) -> bool | None:
         if self._read_only is None:
-            self._read_only = {}
-            try:
-                for tool in await self._list_tools():
-                    hint = tool.annotations.read_only_hint if tool.annotations is not None else None
-                    self._read_only[tool.name] = hint
-            except Exception:
-                logger.warning("could not list tools to read their annotations", exc_info=True)
-                self._read_only = None
-                return None
+            # One listing for every concurrent caller: a caller must never read a half-filled table (it would
+            # take a read-only tool for an unknown one).
+            async with self._listing:
+                if self._read_only is None:
+                    try:
+                        tools = await self._list_tools()
+                    except Exception:
+                        logger.warning("could not list tools to read their annotations", exc_info=True)
+                        return None
+                    self._read_only = {
+                        tool.name: tool.annotations.read_only_hint if tool.annotations is not None else None
+                        for tool in tools
+                    }
         return self._read_only.get(name)
 
     async def _list_tools(self) -> list[mt.Tool]:

@@ -139,7 +139,8 @@ def build_lab(kind: ServerKind, lab: Lab | None = None) -> FastMCP | MCPServer:
     if kind == "fastmcp":
         server = FastMCP("lab-fastmcp")
         for fn in _bodies(lab):
-            server.tool(fn)
+            # Single flight shares only calls known to be reads: `gated` says so, like a real read tool would.
+            server.tool(fn, annotations=READ_ONLY if fn.__name__ == "gated" else None)
         for fn, annotations in _writers(lab).values():
             server.tool(fn, annotations=annotations)
 
@@ -159,7 +160,7 @@ def build_lab(kind: ServerKind, lab: Lab | None = None) -> FastMCP | MCPServer:
 
     sdk = MCPServer("lab-sdk", extensions=[RevalidationExtension(policies)], middleware=[_hostile(lab)])
     for fn in _bodies(lab):
-        sdk.add_tool(fn)
+        sdk.add_tool(fn, annotations=READ_ONLY if fn.__name__ == "gated" else None)
     for fn, annotations in _writers(lab).values():
         sdk.add_tool(fn, annotations=annotations)
 

@@ -111,7 +111,8 @@ async def test_an_ended_freshness_survives_a_store_that_failed_to_record_it(cloc
     # The stored entry is still there and within its ttl, but the server said its state changed.
     assert changed.outcome.status == "miss"
     assert changed.result.structured_content["text"] == "k: second edition"  # type: ignore[index]
-    assert cache.stats.store_failures == 1
+    # The mark is tried a few times (a freshness end is what other processes depend on), each one counted.
+    assert cache.stats.store_failures == 3
 
 
 class Announcements:

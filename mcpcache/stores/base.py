@@ -17,6 +17,10 @@ Contract, checked by tests/stores/test_contract.py against every store:
   freshness test). Expired items are never returned and never counted: `usage` and the counts the
   removal methods return cover live items only. A save whose `expires_at` has already passed stores
   nothing (and still drops the previous item under that key).
+- `peek_many` answers as `load_many` would, each item without its body (`body=b""`) but with the checksum
+  the store recorded for it, read in one atomic step (a consistent tag/checksum/meta triple). It does not
+  read or verify the body: a caller that keeps its own decoded copy of a body trusts it only while the
+  store's (key, tag, checksum) equal the ones it was decoded from.
 - Every item has a `stamp`: when the request behind it was sent (0.0 unless given). `save` is refused
   (returns False, nothing changes, not even LRU order) when the live item under the key has a strictly
   later stamp: an answer to an older request never replaces a newer entry. An equal or later stamp
@@ -59,7 +63,7 @@ import math
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import mcp_types
@@ -212,6 +216,14 @@ class Store(SDKResponseCacheMixin, ABC):
     async def load_many(self, keys: Sequence[str]) -> list[Item | None]:
         """`load` of each key, in order. Stores override it where one round trip can serve them all."""
         return [await self.load(key) for key in keys]
+
+    async def peek_many(self, keys: Sequence[str]) -> list[Item | None]:
+        """What `load_many` would return, without the bodies: each item with `body=b""` and everything else
+        (meta, group, times, tag, stamp, and the checksum recorded when the body was saved). The body is not
+        read, so it is not verified; it counts as a use, as a load does. All keys in one atomic read where
+        the store can (one synchronous step, one read transaction, one script). This default loads the
+        bodies and drops them: correct for any store, cheap for none."""
+        return [None if item is None else replace(item, body=b"") for item in await self.load_many(keys)]
 
     @abstractmethod
     async def save(self, key: str, item: Item) -> bool:

@@ -563,6 +563,77 @@ class TestChecksums:
             assert loaded == [item(b"body a"), None, item(b"body c"), None]
             assert not await backend.raw_exists(store, "b")
 
+    async def test_peek_many_answers_as_load_many_without_the_bodies(self, backend: Backend) -> None:
+        async with backend.open() as store:
+            expires_at = backend.now() + 3600
+            await store.save("a", Item({"v": 1}, b"body a", "g", 2.0, expires_at, "tag-a", 5.0))
+            await store.save("b", Item({"v": 2}, b"body b", "h", 3.0))
+            peeked = await store.peek_many(["b", "missing", "a", "b"])
+            loaded = await store.load_many(["b", "missing", "a", "b"])
+            assert [None if p is None else p.body for p in peeked] == [b"", None, b"", b""]
+            for p, full in zip(peeked, loaded, strict=True):
+                if full is None:
+                    assert p is None
+                    continue
+                assert p is not None
+                assert (p.meta, p.group, p.created_at, p.expires_at, p.tag, p.stamp, p.checksum) == (
+                    full.meta,
+                    full.group,
+                    full.created_at,
+                    full.expires_at,
+                    full.tag,
+                    full.stamp,
+                    full.checksum,
+                )
+            assert peeked[2] is not None
+            assert peeked[2].checksum == body_checksum(b"body a")
+            assert await store.peek_many([]) == []
+
+    async def test_peek_many_follows_every_change_of_the_body_metadata_and_expiry(self, backend: Backend) -> None:
+        async with backend.open() as store:
+            await store.save("k", Item({"v": 1}, b"first", "g", tag="t1", stamp=1.0))
+            first = (await store.peek_many(["k"]))[0]
+            assert first is not None
+            assert (first.tag, first.checksum) == ("t1", body_checksum(b"first"))
+            assert await store.update_meta("k", {"v": 2}, None, if_tag="t1", stamp=2.0)
+            updated = (await store.peek_many(["k"]))[0]
+            assert updated is not None
+            assert (updated.meta, updated.tag, updated.checksum, updated.stamp) == ({"v": 2}, "t1", first.checksum, 2.0)
+            await store.save("k", Item({"v": 3}, b"second", "g", tag="t2", stamp=3.0))
+            replaced = (await store.peek_many(["k"]))[0]
+            assert replaced is not None
+            assert (replaced.tag, replaced.checksum) == ("t2", body_checksum(b"second"))
+            await store.remove("k")
+            assert await store.peek_many(["k"]) == [None]
+            expires_at = backend.now() + short_ttl(backend)
+            await store.save("e", Item({}, b"brief", "g", expires_at=expires_at))
+            assert (await store.peek_many(["e"]))[0] is not None
+
+            async def peeked_gone() -> bool:
+                return (await store.peek_many(["e"]))[0] is None
+
+            await let_expire(backend, expires_at, peeked_gone)
+            assert await peeked_gone()
+
+    async def test_peek_many_counts_as_a_use(self, backend: Backend) -> None:
+        async with backend.open(StoreLimits(max_items=2)) as store:
+            await store.save("old", item(b"old"))
+            await store.save("new", item(b"new"))
+            await store.peek_many(["old"])
+            await store.save("third", item(b"third"))  # evicts the least recently used: "new"
+            assert [i is not None for i in await store.load_many(["old", "new", "third"])] == [True, False, True]
+
+    async def test_a_corrupt_body_is_found_by_the_next_load_not_by_a_peek(self, backend: Backend) -> None:
+        assert backend.raw_exists is not None
+        async with backend.open() as store:
+            await store.save("k", Item({"v": 1}, b"body k", "g", tag="t"))
+            await backend.corruptions[BYTE_FLIP](store, "k")
+            peeked = (await store.peek_many(["k"]))[0]
+            assert peeked is not None
+            assert peeked.checksum == body_checksum(b"body k")
+            assert await store.load("k") is None
+            assert await store.peek_many(["k"]) == [None]
+
     async def test_an_update_of_the_metadata_keeps_the_checksum_honest(self, backend: Backend) -> None:
         async with backend.open() as store:
             await store.save("k", item(b"body"))

@@ -26,6 +26,7 @@ from mcpcache.client.entries import Found, decode_result, encode_result, entry_i
 from mcpcache.client.fence import DEFAULT_STORE_COOLDOWN_S, DEFAULT_STORE_DEADLINE_S, FencedStore
 from mcpcache.client.flights import Flights
 from mcpcache.client.outcomes import CacheStats, CallOutcome, Status
+from mcpcache.client.tier import DEFAULT_DECODED_TIER_BYTES, DecodedTier, copy_result, hold
 from mcpcache.etag import CanonicalizationError
 from mcpcache.keys import Arm, CallIdentity
 from mcpcache.paths import default_store
@@ -52,7 +53,7 @@ from mcpcache.policy import (
     store_arm,
 )
 from mcpcache.protocol import META_KEY, parse_cache_block
-from mcpcache.stores.base import Item, Store
+from mcpcache.stores.base import Item, Store, body_checksum
 
 __all__ = ["CacheStats", "CallOutcome", "Connection", "ToolCache"]
 
@@ -120,6 +121,8 @@ class ToolCache:
     keep_stale_s: how long a tagged entry is kept after it goes stale, for cheap revalidation.
     store_deadline_s: the longest a call waits on any one store operation; a store that does not answer in
         time is a miss, and is not asked again for `store_cooldown_s`.
+    decoded_tier_bytes: how many bytes of stored answers (counted as stored) this process keeps decoded in
+        front of the store (see `mcpcache.client.tier`); 0 keeps none. Every serve is a private copy.
     """
 
     def __init__(
@@ -133,6 +136,7 @@ class ToolCache:
         keep_stale_s: float = DEFAULT_KEEP_STALE_S,
         store_deadline_s: float = DEFAULT_STORE_DEADLINE_S,
         store_cooldown_s: float = DEFAULT_STORE_COOLDOWN_S,
+        decoded_tier_bytes: int = DEFAULT_DECODED_TIER_BYTES,
         clock: Clock = time.time,
     ) -> None:
         if not isinstance(partition, str):
@@ -147,6 +151,7 @@ class ToolCache:
         self.keep_stale_s = keep_stale_s
         self.clock = clock
         self.stats = CacheStats()
+        self._tier = DecodedTier(decoded_tier_bytes)
         self._flights = Flights()
         self._validated: LRUCache[tuple[str, str, int], None] = LRUCache(maxsize=4096)
         """Stored answers this process has already checked against the client's output schemas, by (key,
@@ -260,6 +265,7 @@ class ToolCache:
             result, outcome = await self._send(conn, identity, key, mode, user_meta, looked, remaining)
             if flight is not None:
                 flight.result, flight.outcome = result, outcome
+                flight.size = self._tier.size_of(key)
             return self._finish(result, outcome)
         except BaseException as exc:
             if flight is not None:
@@ -274,42 +280,71 @@ class ToolCache:
         logger.debug("tool cache: %s (%s)", outcome.status, outcome.reason)
         return result, outcome
 
-    async def _look(self, identity: CallIdentity, private_key: str, mode: CacheMode) -> _Looked:
+    async def _look(
+        self, identity: CallIdentity, private_key: str, mode: CacheMode, *, bodies: bool = False
+    ) -> _Looked:
         """The entry this partition may be served (its own arm first, then the shared one), when freshness
         last ended, and what to do about it, all from one round trip to the store."""
         arms: list[tuple[Arm, str]] = [("private", private_key)]
         if self.share_public:
             arms.append(("public", identity.key("public", share_public=True)))
         mark_key = identity.mark_key()
-        items = await self._store.load_many([key for _, key in arms] + [mark_key])
+        keys = [key for _, key in arms] + [mark_key]
+        # With a decoded copy at hand, the store is asked for the metadata only (freshness, the tag and the
+        # checksum of what it holds); the copy is used only if it is the decoding of that very version.
+        peek = not bodies and any(self._tier.holds(key) for _, key in arms)
+        items = await (self._store.peek_many(keys) if peek else self._store.load_many(keys))
         found: Found | None = None
         for (arm, key), item in zip(arms, items, strict=False):
             if item is None:
+                self._tier.discard(key)
                 continue
             entry = EntryMeta.from_json(item.meta)
             if entry is None or entry.tool != identity.tool:
-                await self._store.remove(key)  # not a record this cache wrote for this call
+                await self._remove(key)  # not a record this cache wrote for this call
                 continue
             if may_serve(entry, arm, self.share_public):
-                found = Found(key, arm, entry, item)
+                if peek:
+                    decoded = self._tier.get(key, item.tag, item.checksum)
+                    if decoded is None:
+                        # Not the version the store holds now (another writer's): the lookup again, with bodies.
+                        return await self._look(identity, private_key, mode, bodies=True)
+                    found = Found(key, arm, entry, item, decoded)
+                else:
+                    found = Found(key, arm, entry, item)
                 break
         mark = items[-1]
         ended = freshness_ended_at(self._ended.get(mark_key), mark.meta.get("endedAt") if mark else None)
         entry = found.entry if found is not None else None
         return _Looked(found, ended, decide_lookup(mode, entry, self.clock(), ended))
 
+    async def _remove(self, key: str) -> None:
+        self._tier.discard(key)
+        await self._store.remove(key)
+
+    def _private_answer(self, found: Found) -> CallToolResult | None:
+        """A private copy of the stored answer (None if it cannot be decoded), from the decoded tier when it
+        holds this version; otherwise decoded from the body, and the decoding kept in the tier."""
+        if found.decoded is not None:
+            return found.decoded.copy()
+        body = found.item.body
+        stored = decode_result(body)
+        if stored is None or not self._tier.admits(len(body)) or not found.item.checksum:
+            return stored
+        self._tier.put(found.key, hold(stored, body, found.item.tag, found.item.checksum))
+        return copy_result(stored)
+
     def _serve_fresh(self, looked: _Looked) -> tuple[CallToolResult, CallOutcome] | None:
         assert looked.found is not None
-        body = looked.found.item.body
-        stored = decode_result(body)
+        stored = self._private_answer(looked.found)
         if stored is None:
             return None
-        return stored, CallOutcome("fresh_hit", False, looked.decision.reason, bytes_saved=len(body))
+        return stored, CallOutcome("fresh_hit", False, looked.decision.reason, bytes_saved=looked.found.size)
 
     async def _unreadable(self, looked: _Looked) -> _Looked:
         """A stored answer that cannot be decoded goes, and the call is a miss."""
         assert looked.found is not None
-        await self._store.remove(looked.found.key)
+        await self._remove(looked.found.key)
         return _Looked(None, looked.ended_at, Fetch(store=True, reason="miss: the stored answer could not be read"))
 
     async def end_freshness(self, server_id: str, era: str | None = None) -> None:
@@ -371,7 +406,7 @@ class ToolCache:
                     if served is not None:
                         return served
                     # The copy the server confirmed cannot be served: it goes, and the whole answer is asked for.
-                    await self._store.remove(found.key)
+                    await self._remove(found.key)
                     found, why = None, "the stored answer could not be served"
                 case RepeatWithoutTag():
                     why = decision.reason
@@ -408,7 +443,7 @@ class ToolCache:
         match decision:
             case ReturnUnstored():
                 if decision.drop_entry and found is not None:
-                    await self._store.remove(found.key)
+                    await self._remove(found.key)
                 return reply, CallOutcome(status, False, f"{lookup_reason}; {decision.reason}")
             case StoreAnswer():
                 pass
@@ -419,10 +454,14 @@ class ToolCache:
         arm = store_arm(meta.scope, self.share_public)
         own = private_key if arm == "private" else identity.key("public", share_public=True)
         if arm == "public":
-            await self._store.remove(private_key)  # the partition's own copy would shadow the shared one
+            await self._remove(private_key)  # the partition's own copy would shadow the shared one
         elif found is not None and found.key != own:
-            await self._store.remove(found.key)
+            await self._remove(found.key)
+        self._tier.discard(own)
         stored = await self._store.save(own, entry_item(meta, body, self._expires_at(meta)))
+        if stored and self._tier.admits(len(body)):
+            # Kept decoded as a copy of its own: `reply` is the caller's to change.
+            self._tier.put(own, hold(copy_result(reply), body, meta.etag, body_checksum(body)))
         if not stored:
             why = "not stored: the store holds a newer answer, or could not take this one"
             return reply, CallOutcome("miss", False, f"{lookup_reason}; {why}")
@@ -445,11 +484,11 @@ class ToolCache:
         The store keeps the fresher block only if it still holds that copy: another writer may have replaced
         it meanwhile, and the confirmation is about the copy whose tag was sent, not about whatever is there.
         """
-        stored = decode_result(found.item.body)
+        stored = self._private_answer(found)
         if stored is None:
             return None
         result = merged(stored, decision.block, self.meta_key)
-        checked = (found.key, decision.meta.etag or "", len(found.item.body))
+        checked = (found.key, decision.meta.etag or "", found.size)
         if checked not in self._validated:
             try:
                 await conn.validate(name, result)
@@ -463,7 +502,7 @@ class ToolCache:
         await self._store.update_meta(
             found.key, meta.to_json(), self._expires_at(meta), if_tag=found.item.tag, stamp=meta.requested_at
         )
-        saved = max(len(found.item.body) - len(encode_result(reply)), 0)
+        saved = max(found.size - len(encode_result(reply)), 0)
         return result, CallOutcome("revalidated", False, f"{lookup_reason}; {decision.reason}", saved)
 
     async def _after_server_answer(self, conn: Connection, name: str, reply: CallToolResult) -> None:

@@ -8,6 +8,7 @@ import pydantic_core
 from mcp_types import CallToolResult
 from pydantic import ValidationError
 
+from mcpcache.client.tier import Decoded
 from mcpcache.keys import Arm
 from mcpcache.policy import EntryMeta
 from mcpcache.protocol import NOT_MODIFIED_KEY, CacheBlock
@@ -53,9 +54,16 @@ def entry_item(meta: EntryMeta, body: bytes, expires_at: float) -> Item:
 
 @dataclass(frozen=True)
 class Found:
-    """A stored answer this partition may be served: where it is, what is known of it, and the item."""
+    """A stored answer this partition may be served: where it is, what is known of it, and the item (its
+    body empty when `decoded` holds the answer: the decoded tier's copy of exactly this stored version)."""
 
     key: str
     arm: Arm
     entry: EntryMeta
     item: Item
+    decoded: Decoded | None = None
+
+    @property
+    def size(self) -> int:
+        """The stored body's length."""
+        return self.decoded.size if self.decoded is not None else len(self.item.body)

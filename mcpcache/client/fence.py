@@ -93,6 +93,19 @@ class FencedStore:
             return [None] * len(keys)
         return [item if isinstance(item, Item) else None for item in items]
 
+    async def peek_many(self, keys: Sequence[str]) -> list[Item | None]:
+        """`Store.peek_many`: the items without their bodies (each of them answers None on any failure)."""
+
+        async def action() -> list[Item | None]:
+            items = await self.store.peek_many(keys)
+            self._ok("load")
+            return items
+
+        items = await self._run("load", action, None)
+        if not isinstance(items, list) or len(items) != len(keys):
+            return [None] * len(keys)
+        return [item if isinstance(item, Item) else None for item in items]
+
     async def save(self, key: str, item: Item) -> bool:
         async def action() -> bool:
             stored = await self.store.save(key, item)

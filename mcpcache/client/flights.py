@@ -20,8 +20,9 @@ import mcp_types as mt
 from cachetools import LRUCache
 from mcp.shared.exceptions import MCPError
 
-from mcpcache.client.entries import decode_result, encode_result
+from mcpcache.client.entries import encode_result
 from mcpcache.client.outcomes import CallOutcome
+from mcpcache.client.tier import copy_result
 
 _TIMED_OUT = "Request 'tools/call' timed out"
 
@@ -46,20 +47,29 @@ class Flight:
     result: mt.CallToolResult | None = None
     outcome: CallOutcome | None = None
     error: BaseException | None = None
-    body: bytes | None = None
-    """The answer encoded once, by the first follower, so a call nobody waited for pays nothing for sharing."""
+    size: int | None = None
+    """The answer's stored size, when the leader knows it (it kept the answer in the decoded tier)."""
+    waiting: int = 0
+    """Followers waiting for this flight."""
+    shared: mt.CallToolResult | None = None
+    """A private copy of the leader's answer taken as it landed, before the leader's caller could change
+    it, and only when someone waits for it (a call nobody waited for pays nothing for sharing). Each
+    follower is served a copy of this copy (`copy_result`: no encoding, no decoding)."""
+
+    def snapshot(self) -> None:
+        """Called as the flight lands, before the leader's caller gets its answer."""
+        if self.waiting and self.result is not None and self.shared is None:
+            self.shared = copy_result(self.result)
 
     def copy_for_follower(self) -> tuple[mt.CallToolResult, CallOutcome] | None:
         """A private copy of the leader's answer, and this follower's outcome (it sent nothing)."""
-        if self.result is None or self.outcome is None:
+        if self.shared is None or self.outcome is None:
             return None
-        if self.body is None:
-            self.body = encode_result(self.result)
-        copy = decode_result(self.body)
-        if copy is None:
-            return None
+        copy = copy_result(self.shared)
         leader = self.outcome
-        saved = len(self.body) if leader.status in ("miss", "bypass") else leader.bytes_saved
+        if self.size is None:
+            self.size = len(encode_result(self.shared))  # once per flight, and only for an answer not kept
+        saved = self.size if leader.status in ("miss", "bypass") else leader.bytes_saved
         reason = f"shared an identical call in flight: {leader.reason}"
         return copy, CallOutcome(leader.status, False, reason, saved, coalesced=True)
 
@@ -89,6 +99,7 @@ class Flights:
         if self._by_key.get(key) is flight:
             del self._by_key[key]
         self._landed[key] = self._landed.get(key, 0) + 1
+        flight.snapshot()
         flight.done.set()
 
     @staticmethod
@@ -99,6 +110,7 @@ class Flights:
         for reasons of its own or its answer could not be copied). Raises the leader's error when the
         follower's identical request would have met it, and the SDK's timeout error at the deadline.
         """
+        flight.waiting += 1
         if deadline is None:
             await flight.done.wait()
         else:

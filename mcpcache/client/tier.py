@@ -1,0 +1,170 @@
+"""The decoded tier: answers kept decoded in this process, in front of whatever store holds them.
+
+Decoding a stored answer costs far more than anything else a hit does (a 10 MB answer: milliseconds of
+JSON parsing and as many again in allocation), and the store would have to read and checksum the whole
+body first. So the tool cache keeps recently served answers here, decoded, bounded in bytes (counted as
+the stored body's length), least recently used first out.
+
+The tier never decides freshness and never replaces the store: every lookup still asks the store (other
+processes' writes, freshness ends and expiry live there), but when the tier holds the key it asks for the
+item's metadata only (`Store.peek_many`), without the body. The tier's copy is used only when the store's
+current item is exactly the version the tier holds: same key, same tag and same body checksum (the
+checksum the store recorded when the body was saved). Anything else, and the body is loaded as before.
+
+Every serve hands out a private copy (`copy_result`): new containers and new model objects, with the
+immutable leaves (strings, numbers) shared. A caller that mutates what it was given changes its own copy
+only, never the tier's, and never what a later caller is served.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from mcp_types import CallToolResult
+from pydantic import BaseModel
+
+DEFAULT_DECODED_TIER_BYTES = 32 * 1024 * 1024
+"""The tier's default bound, in stored-answer bytes."""
+
+_ATOMS: frozenset[type] = frozenset({str, int, float, bool, type(None), bytes})
+
+_SMALL_NODES = 48
+"""Below this many stored bytes per comma (roughly: per JSON value), an answer is made of many small
+values (rows of a table) and a pickled copy is cheaper to rebuild than a structural one; above it (long
+strings: notebooks, documents) the structural copy, which shares the strings, is much cheaper."""
+
+
+def _copy_value(value: Any) -> Any:
+    kind = type(value)
+    if kind in _ATOMS:
+        return value
+    if kind is dict:
+        return {k: v if type(v) in _ATOMS else _copy_value(v) for k, v in value.items()}
+    if kind is list:
+        return [v if type(v) in _ATOMS else _copy_value(v) for v in value]
+    if isinstance(value, BaseModel):
+        return _copy_model(value)
+    if kind is tuple:
+        return tuple(_copy_value(v) for v in value)
+    # Not a shape a decoded answer has; a deep copy is always private.
+    import copy
+
+    return copy.deepcopy(value)
+
+
+def _copy_model(model: BaseModel) -> BaseModel:
+    """A new model object of the same class, its fields copied (what model_copy(deep=True) gives, without
+    deepcopy's memo and reducers)."""
+    kind = type(model)
+    new = kind.__new__(kind)
+    state = model.__dict__
+    object.__setattr__(new, "__dict__", {k: v if type(v) in _ATOMS else _copy_value(v) for k, v in state.items()})
+    object.__setattr__(new, "__pydantic_fields_set__", set(model.__pydantic_fields_set__))
+    extra = model.__pydantic_extra__
+    object.__setattr__(new, "__pydantic_extra__", None if extra is None else _copy_value(extra))
+    private = model.__pydantic_private__
+    object.__setattr__(new, "__pydantic_private__", None if private is None else _copy_value(private))
+    return new
+
+
+def copy_result(result: CallToolResult) -> CallToolResult:
+    """A private structural copy of an answer: new containers and models, immutable leaves shared."""
+    copied = _copy_model(result)
+    assert isinstance(copied, CallToolResult)
+    return copied
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """One answer held decoded, with the stored version it is the decoding of."""
+
+    tag: str | None
+    checksum: str
+    size: int
+    """The stored body's length: what the tier's bound counts, and what a hit reports as saved."""
+    result: CallToolResult
+    """Never handed out: every serve gets `copy()`."""
+    pickled: bytes | None
+    """For answers of many small values: the pickled answer, rebuilt on every serve instead."""
+
+    def copy(self) -> CallToolResult:
+        if self.pickled is not None:
+            copied = pickle.loads(self.pickled)
+            assert isinstance(copied, CallToolResult)
+            return copied
+        return copy_result(self.result)
+
+
+def _many_small_values(body: bytes) -> bool:
+    return len(body) >= 4096 and len(body) < _SMALL_NODES * (body.count(b",") + 1)
+
+
+def hold(result: CallToolResult, body: bytes, tag: str | None, checksum: str) -> Decoded:
+    """What the tier keeps for `result` (which the caller must not hand out afterwards), stored as `body`."""
+    pickled = None
+    if _many_small_values(body):
+        try:
+            pickled = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # an answer holding something pickle cannot take: the structural copy serves it
+            pickled = None
+    return Decoded(tag, checksum, len(body), result, pickled)
+
+
+class DecodedTier:
+    """Decoded answers by store key, bounded by `max_bytes` of stored answer (0: holds nothing)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+            raise ValueError(f"decoded_tier_bytes must be an int >= 0, got {max_bytes!r}")
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._held: OrderedDict[str, Decoded] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def holds(self, key: str) -> bool:
+        return key in self._held
+
+    def get(self, key: str, tag: str | None, checksum: str) -> Decoded | None:
+        """The answer held for `key` if it is exactly the stored version (tag and checksum); a held answer
+        of another version is dropped (the store has moved on)."""
+        held = self._held.get(key)
+        if held is None:
+            return None
+        if held.tag != tag or held.checksum != checksum or not checksum:
+            self.discard(key)
+            return None
+        self._held.move_to_end(key)
+        return held
+
+    def size_of(self, key: str) -> int | None:
+        """The stored size of the answer held for `key`, if any (not counted as a use)."""
+        held = self._held.get(key)
+        return None if held is None else held.size
+
+    def admits(self, size: int) -> bool:
+        """Whether an answer of `size` stored bytes would be kept (the tier is on and it fits)."""
+        return 0 < size <= self.max_bytes
+
+    def put(self, key: str, decoded: Decoded) -> None:
+        self.discard(key)
+        if decoded.size > self.max_bytes or not decoded.checksum:
+            return
+        self._held[key] = decoded
+        self.bytes += decoded.size
+        while self.bytes > self.max_bytes:
+            _, evicted = self._held.popitem(last=False)
+            self.bytes -= evicted.size
+
+    def discard(self, key: str) -> None:
+        held = self._held.pop(key, None)
+        if held is not None:
+            self.bytes -= held.size
+
+    def clear(self) -> None:
+        self._held.clear()
+        self.bytes = 0

@@ -1,0 +1,308 @@
+"""The decoded tier (mcpcache/client/tier.py): answers kept decoded in front of every store.
+
+What must hold whatever the tier does: a caller that changes what it was served never sees that change
+in a later serve (after a miss, a fresh hit, a revalidation, and as a single-flight follower), on every
+store; the store still decides freshness and versions (a lookup still asks it, for the metadata only when
+the tier holds the answer); and another writer's version is served, never the tier's older copy.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import mcp_types as mt
+import pytest
+from stores.backends import BYTE_FLIP, Backend, FakeClock, memory_backend, redis_backend, sqlite_backend
+from support.transports import MODERN, ServerTarget
+
+from mcpcache.client import ToolCache
+from mcpcache.client.entries import decode_result, encode_result
+from mcpcache.client.tier import DecodedTier, copy_result, hold
+from mcpcache.keys import CallIdentity
+from mcpcache.protocol import META_KEY
+from mcpcache.stores import Item, MemoryStore, Store
+from mcpcache.stores.base import body_checksum
+
+from .harness import connect
+from .lab import Lab, build_lab
+from .test_single_flight import all_at_once
+
+pytestmark = pytest.mark.anyio
+
+K = {"key": "k"}
+SERVER_ID = "lab"
+FIRST = "k: first edition"
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    if request.param == "memory":
+        return memory_backend()
+    if request.param == "sqlite":
+        return sqlite_backend(tmp_path / "cache.db")
+    return redis_backend(request.getfixturevalue("redis_url"))
+
+
+def clock_of(backend: Backend) -> FakeClock:
+    return backend.clock if backend.clock is not None else FakeClock(time.time())
+
+
+@pytest.fixture
+async def opened(backend: Backend) -> AsyncIterator[Store]:
+    async with backend.open() as store:
+        yield store
+
+
+def scribble(result: mt.CallToolResult) -> None:
+    """Change everything a caller can reach in what it was served."""
+    assert isinstance(result.structured_content, dict)
+    result.structured_content["text"] = "scribbled"
+    result.structured_content["added"] = ["scribbled"]
+    first = result.content[0]
+    assert isinstance(first, mt.TextContent)
+    first.text = "scribbled"
+    result.content.append(mt.TextContent(type="text", text="appended"))
+    assert result.meta is not None
+    block = result.meta[META_KEY]
+    assert isinstance(block, dict)
+    block["etag"] = "scribbled"
+    result.meta["scribbled"] = True
+    result.is_error = True
+
+
+def assert_pristine(result: mt.CallToolResult, text: str = FIRST) -> None:
+    assert result.is_error is not True
+    assert isinstance(result.structured_content, dict)
+    assert result.structured_content["text"] == text
+    assert "added" not in result.structured_content
+    assert [c.text for c in result.content if isinstance(c, mt.TextContent)] != ["scribbled"]
+    assert len(result.content) == 1
+    assert "appended" not in str(result.content)
+    assert result.meta is not None
+    assert "scribbled" not in result.meta
+    block = result.meta[META_KEY]
+    assert isinstance(block, dict)
+    assert block["etag"] != "scribbled"
+
+
+def key_of(cache: ToolCache, era: str | None) -> str:
+    return CallIdentity(SERVER_ID, cache.partition, era or "", "read", K).key("private")
+
+
+async def test_a_callers_changes_never_reach_a_later_serve(backend: Backend, opened: Store) -> None:
+    clock = clock_of(backend)
+    cache = ToolCache(opened, clock=clock)
+    async with connect("mcp", ServerTarget.memory(build_lab("sdk")), MODERN, cache, server_id=SERVER_ID) as conn:
+        statuses = []
+        for step in ("miss", "fresh", "fresh", "revalidate", "fresh", "revalidate", "revalidate", "fresh"):
+            if step == "revalidate":
+                clock.advance(6)
+            call = await conn.call("read", K)
+            statuses.append(call.outcome.status)
+            assert_pristine(call.result)
+            scribble(call.result)
+        again = await conn.call("read", K)
+        assert_pristine(again.result)
+    assert statuses == [
+        "miss",
+        "fresh_hit",
+        "fresh_hit",
+        "revalidated",
+        "fresh_hit",
+        "revalidated",
+        "revalidated",
+        "fresh_hit",
+    ]
+
+
+async def test_followers_changes_never_reach_each_other_or_a_later_serve(backend: Backend, opened: Store) -> None:
+    clock = clock_of(backend)
+    cache = ToolCache(opened, clock=clock)
+    lab = Lab()
+    async with connect("mcp", ServerTarget.memory(build_lab("sdk", lab)), MODERN, cache, server_id=SERVER_ID) as conn:
+        for wave in ("miss", "revalidated"):
+            mark = conn.mark()
+            calls = await all_at_once(conn, lab, [K] * 12)
+            assert conn.tool_calls(mark) == 1
+            assert {c.outcome.status for c in calls} == {wave}
+            assert sum(c.outcome.coalesced for c in calls) == 11
+            for call in calls:
+                # Each caller's copy is pristine, whatever the callers before it did to theirs.
+                assert isinstance(call.result.structured_content, dict)
+                assert call.result.structured_content["text"] == "k: first edition"
+                assert "added" not in call.result.structured_content
+                assert len(call.result.content) == 1
+                scribble(call.result)
+            lab.gate = None
+            served = await conn.call("gated", K)  # ttl 0: a revalidation, served from what was kept
+            assert served.outcome.status == "revalidated"
+            assert isinstance(served.result.structured_content, dict)
+            assert served.result.structured_content["text"] == "k: first edition"
+            assert len(served.result.content) == 1
+            assert (served.result.meta or {}).get("scribbled") is None
+
+
+class CountingStore(MemoryStore):
+    """A memory store that counts how its items are read."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock=clock)
+        self.loads: list[list[str]] = []
+        self.peeks: list[list[str]] = []
+
+    async def load_many(self, keys: Sequence[str]) -> list[Item | None]:
+        self.loads.append(list(keys))
+        return await super().load_many(keys)
+
+    async def peek_many(self, keys: Sequence[str]) -> list[Item | None]:
+        self.peeks.append(list(keys))
+        return await super().peek_many(keys)
+
+
+async def test_a_held_answer_is_looked_up_by_its_metadata_only(clock: FakeClock) -> None:
+    store = CountingStore(clock)
+    cache = ToolCache(store, clock=clock)
+    async with connect("mcp", ServerTarget.memory(build_lab("sdk")), MODERN, cache, server_id=SERVER_ID) as conn:
+        await conn.call("read", K)  # the miss keeps the answer decoded
+        assert len(store.loads) == 1
+        for _ in range(3):
+            assert (await conn.call("read", K)).outcome.status == "fresh_hit"
+        clock.advance(6)
+        assert (await conn.call("read", K)).outcome.status == "revalidated"
+    assert len(store.loads) == 1  # only the miss's lookup read bodies
+    assert len(store.peeks) == 4  # every later lookup still asked the store (freshness lives there)
+
+
+async def test_without_the_tier_every_lookup_reads_the_body(clock: FakeClock) -> None:
+    store = CountingStore(clock)
+    cache = ToolCache(store, clock=clock, decoded_tier_bytes=0)
+    async with connect("mcp", ServerTarget.memory(build_lab("sdk")), MODERN, cache, server_id=SERVER_ID) as conn:
+        await conn.call("read", K)
+        call = await conn.call("read", K)
+        scribble(call.result)
+        again = await conn.call("read", K)
+        assert again.outcome.status == "fresh_hit"
+        assert_pristine(again.result)
+    assert (len(store.loads), len(store.peeks)) == (3, 0)
+
+
+async def test_another_writers_version_is_served_not_the_held_copy(backend: Backend, opened: Store) -> None:
+    clock = clock_of(backend)
+    cache = ToolCache(opened, clock=clock)
+    async with connect("mcp", ServerTarget.memory(build_lab("sdk")), MODERN, cache, server_id=SERVER_ID) as conn:
+        first = await conn.call("read", K)
+        key = key_of(cache, conn.client.session.protocol_version)
+        item = await opened.load(key)
+        assert item is not None
+        # Another process stores another answer under the key: same metadata, same tag, another body.
+        assert isinstance(first.result.structured_content, dict)
+        other = first.result.model_copy(
+            update={"structured_content": {**first.result.structured_content, "text": "other"}}
+        )
+        replaced = Item(
+            item.meta, encode_result(other), item.group, item.created_at, item.expires_at, item.tag, item.stamp
+        )
+        assert await opened.save(key, replaced)
+        call = await conn.call("read", K)
+        assert call.outcome.status == "fresh_hit"
+        assert isinstance(call.result.structured_content, dict)
+        assert call.result.structured_content["text"] == "other"
+        # ...and that version is now the one held: served again, pristine after a caller's changes.
+        scribble(call.result)
+        again = await conn.call("read", K)
+        assert_pristine(again.result, text="other")
+        # Removed underneath: never served from the tier.
+        await opened.remove(key)
+        assert (await conn.call("read", K)).outcome.status == "miss"
+
+
+async def test_a_body_corrupted_underneath_a_held_answer_serves_the_held_version(tmp_path: Path) -> None:
+    backend = sqlite_backend(tmp_path / "cache.db")
+    assert backend.clock is not None
+    async with backend.open() as store:
+        cache = ToolCache(store, clock=backend.clock)
+        async with connect("mcp", ServerTarget.memory(build_lab("sdk")), MODERN, cache, server_id=SERVER_ID) as conn:
+            await conn.call("read", K)
+            key = key_of(cache, conn.client.session.protocol_version)
+            await backend.corruptions[BYTE_FLIP](store, key)
+            call = await conn.call("read", K)
+            # The held copy is the decoding of the body that was saved, and the store still records that
+            # version's tag and checksum: it is that answer, whatever happened to the bytes since.
+            assert call.outcome.status == "fresh_hit"
+            assert_pristine(call.result)
+            cache._tier.clear()  # a process without the copy reads the body: corrupt, so a miss
+            assert (await conn.call("read", K)).outcome.status == "miss"
+
+
+def answer(text: str, rows: int = 0) -> mt.CallToolResult:
+    structured: dict[str, Any] = {
+        "text": text,
+        "rows": [{"id": i, "name": f"r{i}", "tags": ["a", "b"]} for i in range(rows)],
+    }
+    return mt.CallToolResult(
+        content=[mt.TextContent(type="text", text=text)], structured_content=structured, _meta={"m": {"n": [1]}}
+    )
+
+
+@pytest.mark.parametrize("rows", [0, 2000], ids=["few values (structural copy)", "many small values (pickled)"])
+def test_every_copy_is_private_and_equal(rows: int) -> None:
+    original = answer("x" * 5000, rows)
+    body = encode_result(original)
+    decoded = decode_result(body)
+    assert decoded is not None
+    held = hold(decoded, body, "t", body_checksum(body))
+    assert (held.pickled is not None) == (rows > 0)
+    copies = [held.copy(), held.copy(), copy_result(decoded)]
+    for copy in copies:
+        assert copy == original
+        assert copy is not held.result
+        assert copy.structured_content is not held.result.structured_content
+        assert copy.content[0] is not held.result.content[0]
+        assert copy.meta is not held.result.meta
+        assert isinstance(copy.structured_content, dict)
+        copy.structured_content["rows"].append("scribbled")
+        copy.content[0].text = "scribbled"  # type: ignore[union-attr]
+        assert copy.meta is not None
+        copy.meta["m"]["n"].append(2)
+    assert held.copy() == original
+    assert held.result == original
+
+
+def test_the_tier_is_bounded_and_keyed_by_version() -> None:
+    body = encode_result(answer("y" * 1000))
+    size = len(body)
+    tier = DecodedTier(2 * size + 10)
+    for key in ("a", "b", "c"):
+        decoded = decode_result(body)
+        assert decoded is not None
+        tier.put(key, hold(decoded, body, "t", "sum"))
+    assert (len(tier), tier.bytes) == (2, 2 * size)
+    assert not tier.holds("a")  # the least recently used went first
+    assert tier.get("b", "t", "sum") is not None
+    assert tier.get("b", "t", "other sum") is None  # another version: dropped
+    assert not tier.holds("b")
+    assert tier.get("c", "other tag", "sum") is None
+    assert (len(tier), tier.bytes) == (0, 0)
+    off = DecodedTier(0)
+    decoded = decode_result(body)
+    assert decoded is not None
+    off.put("a", hold(decoded, body, "t", "sum"))
+    assert len(off) == 0
+    with pytest.raises(ValueError, match="decoded_tier_bytes"):
+        ToolCache(MemoryStore(), decoded_tier_bytes=-1)
+
+
+async def test_an_answer_larger_than_the_tier_is_served_from_the_store(clock: FakeClock) -> None:
+    store = CountingStore(clock)
+    cache = ToolCache(store, clock=clock, decoded_tier_bytes=10)
+    async with connect("mcp", ServerTarget.memory(build_lab("sdk")), MODERN, cache, server_id=SERVER_ID) as conn:
+        await conn.call("read", K)
+        for _ in range(2):
+            call = await conn.call("read", K)
+            assert call.outcome.status == "fresh_hit"
+            assert_pristine(call.result)
+            scribble(call.result)
+    assert (len(store.loads), len(store.peeks)) == (3, 0)

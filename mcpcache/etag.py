@@ -141,3 +141,66 @@ def weak_equal(a: object, b: object) -> bool:
     ma = _ETAG_RE.fullmatch(a) if isinstance(a, str) and len(a) <= MAX_ETAG_LENGTH else None
     mb = _ETAG_RE.fullmatch(b) if isinstance(b, str) and len(b) <= MAX_ETAG_LENGTH else None
     return ma is not None and mb is not None and ma.group(2) == mb.group(2)
+
+
+# Tag domains -----------------------------------------------------------------------------------------
+
+RAW_DOMAIN = "mcpcache/raw/v1"
+"""The domain of tags hashed from a tool's raw return value, before its framework converts it."""
+
+_MIN_INT = -(2**63)
+_MAX_INT = 2**64 - 1
+
+
+def raw_domain(**names: Any) -> bytes:
+    """The prefix of a raw-value tag's hashed bytes: `RAW_DOMAIN`, NUL, then the canonical JSON of
+    `names` (everything that decides how the raw value becomes the answer as sent), then NUL.
+
+    Canonical JSON is self-delimiting, so no value of `names` can run into the raw bytes that follow,
+    and no content tag (whose bytes start with `{`) or validator tag shares these first bytes.
+    """
+    return RAW_DOMAIN.encode() + b"\x00" + canonical_json(names) + b"\x00"
+
+
+def exact_json(value: Any) -> bytes:
+    """`value`'s JSON bytes, keys in their own order, if it is made only of the exact JSON types.
+
+    Exact means `dict` (str keys), `list`, `str`, `int` (-2^63 .. 2^64-1), finite `float`, `bool` and
+    None, never a subclass (an enum, a named tuple), a tuple or any other type a framework's serializer
+    might write in its own way. Two values with equal bytes are then equal in every way a JSON
+    serializer can see, key order included, so a framework converts them into identical answers.
+    Raises CanonicalizationError otherwise: the caller falls back to the tag of the converted answer.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is str or kind is bool or item is None:
+            continue
+        if kind is dict:
+            for key in item:
+                if type(key) is not str:
+                    raise CanonicalizationError(f"object key {key!r} is not a str")
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+        elif kind is int:
+            if not _MIN_INT <= item <= _MAX_INT:
+                raise CanonicalizationError("integer out of range")
+        elif kind is float:
+            if not math.isfinite(item):
+                raise CanonicalizationError(f"non-finite number {item!r} has no JSON form")
+        else:
+            raise CanonicalizationError(f"{kind.__name__} is not an exact JSON type")
+    try:
+        return orjson.dumps(value)
+    except (TypeError, orjson.JSONEncodeError) as exc:  # pragma: no cover - the walk rejects first
+        raise CanonicalizationError(str(exc)) from exc
+
+
+def raw_tag(domain: bytes, value: Any) -> str:
+    """The tag of a raw return value in `domain` (see `raw_domain`). Raises CanonicalizationError when
+    the value has no exact JSON form."""
+    digest = xxhash.xxh3_128(domain)
+    digest.update(exact_json(value))
+    return format_tag(digest.hexdigest())

@@ -33,6 +33,7 @@ from servers.catalog import (
     policy_of,
 )
 from support.calls import block_of, call_conditional, call_stock, raw_block, wire
+from support.served_tags import served_tag
 from support.tags import tag_of
 from support.transports import (
     CLIENT_KINDS,
@@ -109,6 +110,7 @@ async def test_stock_and_conditional_calls(
     shared = {tool: f"shared-{tool}" for tool in STOCK_SHAPES}
     own = {tool: f"{client_kind}-{transport}-{era}-{tool}" for tool in STOCK_SHAPES}
     expected_tags = await reference_tags(kind, shared)
+    reference = build(kind)  # the same tools in this process: what their tags are computed from
 
     async with stock_client(client_kind, target_for(kind, transport, http_urls), era) as client:
         if era == MODERN:
@@ -124,7 +126,7 @@ async def test_stock_and_conditional_calls(
             etag = expected_tags[tool]
             policy = policy_of(tool)
             assert raw_block(full) == {"ttlMs": policy.ttl_ms, "cacheScope": policy.scope, "etag": etag}
-            assert tag_of(full) == etag
+            assert await served_tag(reference, tool, full) == etag
             assert (full.structured_content is not None) is STRUCTURED[tool]
 
             assert_section_4(await call_conditional(client, tool, args, etag), tool, etag)
@@ -150,7 +152,7 @@ async def test_stock_and_conditional_calls(
             assert not new.not_modified
             assert new.etag is not None
             assert new.etag != old.etag
-            assert new.etag == tag_of(changed)
+            assert new.etag == await served_tag(reference, tool, changed)
             assert "second edition" in str(wire(changed)["content"])
             assert_section_4(await call_conditional(client, tool, args, new.etag), tool, new.etag)
 

@@ -180,6 +180,45 @@ def decide_after_body(
     return AnswerNotModified(NotModifiedReply.build(block, kind, meta_key), "tag matches the current answer")
 
 
+# Tags computed below the adapter ------------------------------------------------------------------
+
+
+@dataclass
+class BelowTagging:
+    """Handed down to the tool when the answer's tag is to come from the answer.
+
+    The layer below the adapter (FastMCP: the tool, before the framework converts its return value)
+    may hash an exact cheaper form of the answer in a tag domain of its own (docs/protocol.md, "Cheaper
+    tags") and call `decide` with that tag. On a match it gets the not-modified reply to send in place
+    of the answer, so the framework converts nothing; otherwise the driver stamps `tag` on the answer
+    that comes back instead of hashing it. Untouched, the driver hashes the answer as usual.
+    """
+
+    tool: str
+    policy: CachePolicy
+    requested: str | None
+    meta_key: str = META_KEY
+    tag: str | None = None
+    reply: NotModifiedReply | None = None
+    reason: str = "no tag computed below the adapter"
+
+    def decide(self, tag: str, structured_content: Any, *, is_error: bool = False) -> NotModifiedReply | None:
+        """`tag`: the answer's tag in the caller's domain; `structured_content`: the answer's, as it would
+        be sent (for the kind rule). Returns the reply to send instead of the answer, or None. An error
+        is never tagged nor answered not-modified."""
+        if is_error:
+            self.reason = "error results are never stamped"
+            return None
+        self.tag = tag
+        answer = Answer(content=(), structured_content=structured_content, is_error=False)
+        after = decide_after_body(self.tool, self.policy, self.requested, tag, answer, meta_key=self.meta_key)
+        self.reason = after.reason
+        if isinstance(after, AnswerNotModified):
+            self.reply = after.reply
+            return after.reply
+        return None
+
+
 # What the adapter sends ---------------------------------------------------------------------------
 
 
@@ -260,8 +299,13 @@ class Revalidator:
         has_structured_output: Callable[[], Awaitable[bool | None]] | None = None,
         memo_inside: bool = False,
         memo_outside: bool = False,
+        run_body_tagged: Callable[[BelowTagging], Awaitable[R]] | None = None,
     ) -> Outcome[R]:
-        """`memo_inside`/`memo_outside`: a response memo sits between this layer and the body, or above it.
+        """`run_body_tagged`: runs the body like `run_body`, and lets the layer below tag the answer from
+        a cheaper exact form (see `BelowTagging`); used, when given, whenever the tag comes from the
+        answer. The adapter passes it only when nothing between it and the tool changes the answer.
+
+        `memo_inside`/`memo_outside`: a response memo sits between this layer and the body, or above it.
 
         A memo inside may answer from an older version of the source than the validator just named, so
         the validator is not used and the tag comes from what the memo answered. A memo outside would
@@ -291,14 +335,22 @@ class Revalidator:
             case _:
                 assert_never(before)
 
-        result = await run_body()
+        below: BelowTagging | None = None
+        if run_body_tagged is not None and policy.etag and pre_tag is None:
+            below = BelowTagging(tool, policy, requested, self.meta_key)
+            result = await run_body_tagged(below)
+            logger.debug("tool %r: below the adapter: %s", tool, below.reason)
+            if below.reply is not None:
+                return NotModified(below.reply, body_ran=True, reason=f"{below.reason} (answer not converted)")
+        else:
+            result = await run_body()
         answer = read_answer(result)
         if answer is not None and not answer.is_error:
             self._structured_seen[tool] = answer.structured_content is not None
             self._kind_seen[tool] = answer_kind(answer.structured_content)
         tag = pre_tag
         if answer is not None and needs_content_tag(policy, pre_tag, answer):
-            tag = self._answer_tag(tool, answer)
+            tag = below.tag if below is not None and below.tag is not None else self._answer_tag(tool, answer)
         after = decide_after_body(tool, policy, requested, tag, answer, meta_key=self.meta_key)
         logger.debug("tool %r: %s", tool, after.reason)
         match after:

@@ -9,6 +9,11 @@ Two questions, answered on realistic answers (the demo server's read_notebook on
    exclude_none=True)`), which every reply pays anyway.
 2. Wire: the bytes of a full reply and of a not-modified reply for a 5 MB notebook, counted at the
    client's transport (mcpcache.bench.wire) over stdio against `python -m mcpcache demo-server`.
+3. Server CPU per call (in process, FastMCP, a tool returning the parsed 5 MB notebook as a dict):
+   a conditional call whose tag matches, on the raw-value path (`install()`) and on the content path
+   (`install(raw_tags=False)`); a full read stamped and not (no mcpcache). The CPU is counted by a
+   middleware placed outside everything else (middleware, body, FastMCP's conversion, the tag), with
+   `time.process_time`; rounds interleave the configurations; ratios are given as median (min..max).
 
 Run:  python benchmarks/etag_overhead.py            (about a minute)
       python benchmarks/etag_overhead.py --quick    (fewer runs; a smoke test, not for the docs)
@@ -27,6 +32,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, TextIO, cast
@@ -36,6 +42,8 @@ import mcp
 import mcp_types as mt
 import orjson
 import xxhash
+from fastmcp import FastMCP
+from fastmcp.server.middleware import Middleware
 from mcp import StdioServerParameters
 from mcp.client.stdio import stdio_client
 
@@ -46,6 +54,8 @@ from mcpcache.bench.wire import CountingTransport, WireLog
 from mcpcache.demo.notebooks import generate_notebook_of_size
 from mcpcache.demo.server import NotebookFolder, build_demo_server
 from mcpcache.protocol import META_KEY, conditional_request_meta
+from mcpcache.server.fastmcp import install
+from mcpcache.server.policies import CachePolicy
 
 MB = 1_000_000
 SIZES = (("10 KB", 10_000), ("1 MB", MB), ("5 MB", 5 * MB), ("10 MB", 10 * MB), ("20 MB", 20 * MB))
@@ -264,6 +274,117 @@ async def wire_rows(directory: Path, errlog: TextIO) -> tuple[int, list[WireRow]
     return path.stat().st_size, rows
 
 
+# --- server CPU per call ------------------------------------------------------------------------------
+
+SERVER_ROUNDS = 7
+SERVER_CALLS = 5
+
+
+class _CpuMeter(Middleware):
+    """Outermost middleware: the process CPU each tools/call spends inside the server's chain."""
+
+    def __init__(self) -> None:
+        self.samples: list[float] = []
+
+    async def on_call_tool(self, context: Any, call_next: Any) -> Any:
+        start = time.process_time()
+        try:
+            return await call_next(context)
+        finally:
+            self.samples.append(time.process_time() - start)
+
+
+def _cpu_server(path: Path, mode: str) -> tuple[FastMCP, _CpuMeter]:
+    server = FastMCP(f"cpu-{mode}")
+
+    @server.tool
+    def read_notebook(name: str) -> dict[str, Any]:
+        return cast(dict[str, Any], orjson.loads(path.read_bytes()))
+
+    if mode != "plain":
+        install(server, {"read_notebook": CachePolicy()}, raw_tags=mode != "content")
+    meter = _CpuMeter()
+    server.middleware.insert(0, meter)
+    return server, meter
+
+
+@dataclass
+class ServerCpuRow:
+    measure: str
+    median_ratio: float
+    low: float
+    high: float
+    numerator_ms: float
+    denominator_ms: float
+
+
+async def server_cpu_rows(directory: Path, rounds: int) -> tuple[int, list[ServerCpuRow]]:
+    from fastmcp import Client
+
+    path = generate_notebook_of_size(directory / "cpu-5mb.ipynb", 5 * MB, seed=7)
+    modes = ("raw", "content", "plain")
+    per_round: dict[str, list[float]] = {f"{m}/{k}": [] for m in modes for k in ("full", "match")}
+    servers = {mode: _cpu_server(path, mode) for mode in modes}
+    async with AsyncExitStack() as stack:
+        clients = {mode: await stack.enter_async_context(Client(servers[mode][0])) for mode in modes}
+        tags: dict[str, str] = {}
+        for mode in ("raw", "content"):
+            first = await clients[mode].call_tool("read_notebook", {"name": "x"})
+            tags[mode] = (first.meta or {})[META_KEY]["etag"]
+        assert tags["raw"] != tags["content"]
+        for _ in range(rounds):
+            for mode in modes:
+                meter = servers[mode][1]
+                meter.samples.clear()
+                for _ in range(SERVER_CALLS):
+                    await clients[mode].call_tool("read_notebook", {"name": "x"})
+                per_round[f"{mode}/full"].append(statistics.median(meter.samples))
+                if mode == "plain":
+                    continue
+                meter.samples.clear()
+                meta = conditional_request_meta(tags[mode])
+                for _ in range(SERVER_CALLS):
+                    again = await clients[mode].call_tool("read_notebook", {"name": "x"}, meta=meta)
+                    assert (again.meta or {})[META_KEY].get("notModified") is True
+                per_round[f"{mode}/match"].append(statistics.median(meter.samples))
+
+    def row(label: str, top: str, bottom: str) -> ServerCpuRow:
+        ratios = [a / b for a, b in zip(per_round[top], per_round[bottom], strict=True)]
+        return ServerCpuRow(
+            label,
+            statistics.median(ratios),
+            min(ratios),
+            max(ratios),
+            statistics.median(per_round[top]) * 1e3,
+            statistics.median(per_round[bottom]) * 1e3,
+        )
+
+    return path.stat().st_size, [
+        row("full read: stamped (raw tag) ÷ not stamped", "raw/full", "plain/full"),
+        row("full read: stamped (content tag) ÷ not stamped", "content/full", "plain/full"),
+        row("full read ÷ matching conditional call, raw path", "plain/full", "raw/match"),
+        row("full read ÷ matching conditional call, content path", "plain/full", "content/match"),
+        row("matching conditional call: content path ÷ raw path", "content/match", "raw/match"),
+    ]
+
+
+def render_server_cpu(notebook: int, rows: list[ServerCpuRow]) -> str:
+    out = [
+        "",
+        f"### Server CPU per call, {_bytes(notebook)} notebook, FastMCP in process "
+        f"(median of {SERVER_CALLS} calls per round; ratio: median (min..max) over rounds)",
+        "",
+        "| measure | ratio | numerator, ms | denominator, ms |",
+        "|---|---|---|---|",
+    ]
+    for r in rows:
+        out.append(
+            f"| {r.measure} | **{r.median_ratio:.2f}×** ({r.low:.2f}..{r.high:.2f}) "
+            f"| {r.numerator_ms:.1f} | {r.denominator_ms:.1f} |"
+        )
+    return "\n".join(out)
+
+
 # --- report ---------------------------------------------------------------------------------------------
 
 
@@ -333,22 +454,29 @@ def render(info: dict[str, str], stamps: list[StampRow], wire_notebook: int, wir
     return "\n".join(out)
 
 
-async def run(quick: bool, server_stderr: TextIO) -> dict[str, Any]:
+async def run(quick: bool, server_stderr: TextIO, server_cpu_only: bool = False) -> dict[str, Any]:
     info = machine()
     with tempfile.TemporaryDirectory(prefix="mcpcache-bench-") as tmp:
         directory = Path(tmp)
         print("building results...", file=sys.stderr)
-        samples = await build_samples(directory, SIZES)
+        samples = await build_samples(directory, () if server_cpu_only else SIZES)
         stamps = []
         for sample in samples:
             runs = max(3, RUNS[dict(SIZES)[sample.label]] // (10 if quick else 1))
             print(f"stamping {sample.label} ({runs} runs)...", file=sys.stderr)
             stamps.append(stamp_row(sample, runs))
+        print("server CPU per call...", file=sys.stderr)
+        cpu_notebook, cpu_rows = await server_cpu_rows(directory, 3 if quick else SERVER_ROUNDS)
+        if server_cpu_only:
+            print(render_server_cpu(cpu_notebook, cpu_rows))
+            return {"machine": info, "server_cpu": [asdict(row) for row in cpu_rows]}
         print("wire bytes over stdio...", file=sys.stderr)
         wire_notebook, wires = await wire_rows(directory, server_stderr)
     print(render(info, stamps, wire_notebook, wires))
+    print(render_server_cpu(cpu_notebook, cpu_rows))
     return {
         "machine": info,
+        "server_cpu": [asdict(row) for row in cpu_rows],
         "stamping": [asdict(row) for row in stamps],
         "wire_notebook_bytes": wire_notebook,
         "wire": [asdict(row) for row in wires],
@@ -359,10 +487,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="a tenth of the runs (smoke test)")
     parser.add_argument("--json", type=Path, help="also write the raw numbers here")
+    parser.add_argument("--server-cpu", action="store_true", help="only the server CPU per call section")
     args = parser.parse_args()
     # The servers log their start on stderr; that is not part of the report.
     with open(os.devnull, "w") as server_stderr:
-        results = anyio.run(run, args.quick, server_stderr)
+        results = anyio.run(run, args.quick, server_stderr, args.server_cpu)
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
 

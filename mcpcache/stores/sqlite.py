@@ -271,7 +271,8 @@ class SQLiteStore(Store):
 
     async def load(self, key: str) -> Item | None:
         # In a read transaction: the item row and its body are read apart (see `_HEAD_ITEM`).
-        return (await self._run(self._read, self._load_many, [key]))[0]
+        items: list[Item | None] = await self._run(self._read, self._load_many, [key])
+        return items[0]
 
     async def load_many(self, keys: Sequence[str]) -> list[Item | None]:
         # One thread hop for all of them: the hop, not the query, is most of a small load's cost.

@@ -82,22 +82,35 @@ def demo_server(
 
 @app.command("bench")
 def bench(
-    out: Annotated[Path, typer.Option("--out", help="Where bench.json, bench.png and the notebooks go.")] = Path(
-        "mcpcache-bench"
-    ),
+    out: Annotated[
+        Path, typer.Option("--out", metavar="DIR", help="Where bench.json, its PNGs and the notebooks go.")
+    ] = Path("mcpcache-bench"),
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full", metavar="", help="Every size (100 KB, 1 MB, 5 MB, 20 MB) over HTTP and stdio (about 12 min)."
+        ),
+    ] = False,
     quick: Annotated[
-        bool, typer.Option("--quick", help="100 KB and 1 MB notebooks, fewer reads (under a minute).")
+        bool,
+        typer.Option("--quick", metavar="", help="A smoke run (100 KB, 6 reads, under 30 s); writes bench-quick.json."),
     ] = False,
     sizes: Annotated[
-        str | None, typer.Option("--sizes", help="Comma-separated notebook sizes, e.g. 100KB,1MB,5MB,20MB.")
+        str | None,
+        typer.Option("--sizes", metavar="LIST", help="Comma-separated notebook sizes, e.g. 100KB,1MB,5MB,20MB."),
     ] = None,
-    reads: Annotated[int | None, typer.Option("--reads", help="Reads of each notebook (R).", min=1)] = None,
+    reads: Annotated[
+        int | None, typer.Option("--reads", metavar="R", help="Reads of each notebook (rounds).", min=1)
+    ] = None,
     edit_every: Annotated[
-        int | None, typer.Option("--edit-every", help="One edit_cell every E reads (0: never).", min=0)
+        int | None, typer.Option("--edit-every", metavar="E", help="One edit_cell every E rounds (0: never).", min=0)
     ] = None,
-    transport: Annotated[str, typer.Option("--transport", help="stdio or http (127.0.0.1).")] = "stdio",
+    transport: Annotated[
+        str | None, typer.Option("--transport", metavar="NAME", help="http (127.0.0.1), stdio, or http,stdio.")
+    ] = None,
     configs: Annotated[
-        str | None, typer.Option("--configs", help="Comma-separated configurations (default: all seven).")
+        str | None,
+        typer.Option("--configs", metavar="LIST", help="Comma-separated configurations (default: all seven)."),
     ] = None,
     compare: Annotated[
         tuple[Path, Path] | None,
@@ -105,36 +118,51 @@ def bench(
     ] = None,
     report_only: Annotated[
         Path | None,
-        typer.Option("--report", help="Print the tables of a bench.json and redraw its PNG beside it, then stop."),
+        typer.Option(
+            "--report",
+            metavar="FILE",
+            help="Print the tables of a bench.json and redraw its PNGs beside it, then stop.",
+        ),
     ] = None,
 ) -> None:
-    """Bandwidth, time and token savings on large notebooks, side by side with what users have today."""
-    import json
+    """Bytes, time and tokens per read of a large notebook, every configuration interleaved in rounds.
+
+    With no options: the 5 MB notebook over streamable HTTP on 127.0.0.1, all seven configurations, 40
+    rounds (about two minutes). Results go to DIR/bench.json and DIR/bench-http.png.
+    """
+    import os
 
     from rich.console import Console
 
     from mcpcache.bench import report
     from mcpcache.bench.configs import select
-    from mcpcache.bench.runner import DEFAULT_SIZES, QUICK_SIZES, BenchArgs, parse_size, run_bench
+    from mcpcache.bench.runner import MODES, BenchArgs, parse_size, result_stem, run_bench
 
-    console = Console()
-    if compare is not None:
-        old, new = (json.loads(path.read_text()) for path in compare)
-        report.compare(old, new, console)
-        return
-    if report_only is not None:
-        document = report.resummarize(json.loads(report_only.read_text()))
-        report_only.write_text(json.dumps(document, indent=1))
-        report.plot(document["summaries"], report_only.with_suffix(".png"))
-        report.render_table(document["summaries"], console)
-        report.render_limits(document["summaries"], document["answers"], console)
-        report.render_extras(document, console)
-        return
-    if transport not in ("stdio", "http"):
-        raise typer.BadParameter("must be stdio or http", param_hint="--transport")
-    chosen = (
-        tuple(s.strip() for s in sizes.split(",") if s.strip()) if sizes else (QUICK_SIZES if quick else DEFAULT_SIZES)
-    )
+    # Piped or captured, rich would assume 80 columns; the tables are laid out for 100.
+    console = Console() if sys.stdout.isatty() or "COLUMNS" in os.environ else Console(width=100)
+    try:
+        if compare is not None:
+            old, new = (report.load(path) for path in compare)
+            report.compare(old, new, console)
+            return
+        if report_only is not None:
+            document = report.load(report_only)
+            report.render_table(document, console)
+            report.render_limits(document["summaries"], document.get("answers") or [], console)
+            report.render_extras(document, console)
+            pngs = report.plot_all(document, report_only)
+            console.print(f"redrew {', '.join(str(p) for p in pngs)}")
+            return
+    except report.NotABenchFile as exc:
+        print(f"mcpcache bench: {exc}", file=sys.stderr)  # one line, unwrapped
+        raise typer.Exit(2) from None
+    if full and quick:
+        raise typer.BadParameter("choose one of --full and --quick", param_hint="--full")
+    mode = MODES["full" if full else "quick" if quick else "default"]
+    transports = tuple(t.strip() for t in transport.split(",") if t.strip()) if transport else mode.transports
+    if not transports or any(t not in ("stdio", "http") for t in transports):
+        raise typer.BadParameter("must be http, stdio or http,stdio", param_hint="--transport")
+    chosen = tuple(s.strip() for s in sizes.split(",") if s.strip()) if sizes else mode.sizes
     try:
         for label in chosen:
             parse_size(label)
@@ -143,15 +171,21 @@ def bench(
         raise typer.BadParameter(str(exc)) from exc
     args = BenchArgs(
         out=out,
-        sizes=chosen,
-        reads=reads if reads is not None else (6 if quick else 12),
-        edit_every=edit_every if edit_every is not None else (3 if quick else 4),
-        transport=transport,
+        mode=mode.name,
+        sizes=tuple(dict.fromkeys(chosen)),
+        transports=tuple(dict.fromkeys(transports)),
+        reads=reads if reads is not None else mode.reads,
+        edit_every=edit_every if edit_every is not None else mode.edit_every,
         configs=configs,
-        quick=quick,
     )
     document = run_bench(args, console)
-    report.render_table(document["summaries"], console)
+    report.render_table(document, console)
     report.render_limits(document["summaries"], document["answers"], console)
     report.render_extras(document, console)
-    console.print(f"wrote {out / 'bench.json'} and {out / 'bench.png'} in {document['seconds']:.0f} s")
+    load = document["load_average"]
+    console.print(
+        f"{mode.name} run in {document['seconds']:.0f} s (load average {load['before'][0]:.2f} before, "
+        f"{load['after'][0]:.2f} after); wrote {', '.join(document['written'])}"
+    )
+    if mode.name == "quick":
+        console.print(f"a quick run is a smoke test: it never replaces {out / result_stem('default')}.json")

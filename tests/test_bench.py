@@ -1,11 +1,14 @@
-"""`mcpcache bench --quick` end to end: the real command, the real demo server, real subprocesses.
+"""`mcpcache bench` end to end: the real command, the real demo server, real worker processes.
 
-Only the structure of what it writes is checked (never a timing): every configuration and size has a
-summary with its figures, the raw per-read records are there, the PNG exists, and `--compare` reads it.
+Only the structure of what it writes and what the configurations do is checked, never a timing: a tiny
+"full" run (one size, two reads, two configurations), then `--quick` beside it, which must leave the
+first run's files alone; `--report` and `--compare` on what they wrote; an old-format file read, a file
+that is not a bench.json refused in one line.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -17,44 +20,95 @@ from mcpcache.bench.configs import CONFIGS
 
 pytestmark = pytest.mark.slow
 
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _bench(*arguments: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "mcpcache", "bench", *arguments],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return done
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
 
 @pytest.fixture(scope="module")
 def bench_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("bench")
-    done = subprocess.run(
-        [sys.executable, "-m", "mcpcache", "bench", "--quick", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-4000:] + done.stdout[-4000:]
+    tiny = _bench(
+        "--full", "--sizes", "100KB", "--reads", "2", "--transport", "http", "--configs", "baseline,mcpcache",
+        "--out", str(out),
+    )  # fmt: skip
+    assert tiny.returncode == 0, tiny.stderr[-4000:] + tiny.stdout[-4000:]
+    before = {name: _digest(out / name) for name in ("bench.json", "bench-http.png")}
+    quick = _bench("--quick", "--out", str(out))
+    assert quick.returncode == 0, quick.stderr[-4000:] + quick.stdout[-4000:]
+    assert "bench-quick.json" in quick.stdout
+    assert {name: _digest(out / name) for name in before} == before, "--quick overwrote the full run's files"
     return out
 
 
-def test_bench_json_holds_every_configuration_and_size(bench_out: Path) -> None:
+def test_a_full_run_writes_bench_json_and_a_png_per_transport(bench_out: Path) -> None:
     document = json.loads((bench_out / "bench.json").read_text())
-    assert set(document) >= {"created", "machine", "args", "configs", "summaries", "answers", "by_reference", "raw"}
-    assert document["args"]["quick"] is True
-    sizes = document["args"]["sizes"]
-    assert sizes == ["100KB", "1MB"]
-    pairs = {(s["config"], s["size"]) for s in document["summaries"]}
-    assert pairs == {(c.key, size) for c in CONFIGS for size in sizes}
+    assert document["args"]["mode"] == "full"
+    assert document["args"]["sizes"] == ["100KB"]
+    assert document["args"]["transports"] == ["http"]
+    assert {(s["config"], s["transport"], s["size"]) for s in document["summaries"]} == {
+        ("baseline", "http", "100KB"),
+        ("mcpcache", "http", "100KB"),
+    }
+    assert (bench_out / "bench-http.png").read_bytes()[:8] == PNG
+
+
+def test_quick_json_holds_every_configuration_with_provenance(bench_out: Path) -> None:
+    document = json.loads((bench_out / "bench-quick.json").read_text())
+    assert set(document) >= {
+        "format", "created", "provenance", "machine", "load_average", "args", "configs", "seconds", "phases",
+        "summaries", "answers", "by_reference", "raw", "interleaved",
+    }  # fmt: skip
+    assert document["format"] == 2
+    assert document["interleaved"] is True
+    assert set(document["provenance"]) == {"commit", "dirty"}
+    assert "mcpcache" in document["machine"]["libraries"]
+    assert document["args"]["mode"] == "quick"
+    sizes, transports = document["args"]["sizes"], document["args"]["transports"]
+    reads = document["args"]["reads"]
+    pairs = {(s["config"], s["transport"], s["size"]) for s in document["summaries"]}
+    assert pairs == {(c.key, t, size) for c in CONFIGS for t in transports for size in sizes}
     for summary in document["summaries"]:
-        assert summary["reads"] == document["args"]["reads"]
+        assert summary["reads"] == reads == summary["rounds"]
         for field in ("median_ms", "p95_ms", "sent_per_read", "received_per_read", "client_peak_mib"):
             assert summary[field] > 0, (summary["config"], field)
         assert summary["wire_vs_baseline"] is not None
+        assert summary["speedup_p10"] <= summary["speedup"] <= summary["speedup_p90"]
     for raw in document["raw"]:
         for run in raw["runs"]:
-            reads = [op for op in run["operations"] if op["op"] == "read"]
-            assert len(reads) == document["args"]["reads"]
+            rounds = [op["round"] for op in run["operations"] if op["op"] == "read"]
+            assert rounds == list(range(reads))
+    # Each round visits every configuration once, in some order.
+    for round_index in range(reads):
+        positions = sorted(
+            op["position"]
+            for raw in document["raw"]
+            for run in raw["runs"]
+            for op in run["operations"]
+            if op["op"] == "read" and op["round"] == round_index
+        )
+        assert positions == list(range(len(CONFIGS)))
     assert {a["size"] for a in document["answers"]} == set(sizes)
     assert document["by_reference"]["write_inline"]["tokens"] > document["by_reference"]["write_by_reference"]["tokens"]
+    for transport in transports:
+        assert (bench_out / f"bench-quick-{transport}.png").read_bytes()[:8] == PNG
 
 
 def test_the_configurations_do_what_they_say(bench_out: Path) -> None:
     """Behaviour, not speed: who revalidates, who is served fresh, who sends everything every time."""
-    document = json.loads((bench_out / "bench.json").read_text())
+    document = json.loads((bench_out / "bench-quick.json").read_text())
     by = {(s["config"], s["size"]): s for s in document["summaries"]}
     for size in document["args"]["sizes"]:
         assert set(by["baseline", size]["statuses"]) == {"full"}
@@ -66,22 +120,49 @@ def test_the_configurations_do_what_they_say(bench_out: Path) -> None:
         assert by["mcpcache", size]["received_per_read"] < by["baseline", size]["received_per_read"]
 
 
-def test_the_plot_exists_and_compare_reads_the_json(bench_out: Path) -> None:
-    png = bench_out / "bench.png"
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mcpcache",
-            "bench",
-            "--compare",
-            str(bench_out / "bench.json"),
-            str(bench_out / "bench.json"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def test_report_and_compare_read_what_was_written(bench_out: Path) -> None:
+    (bench_out / "bench-quick-http.png").unlink()
+    done = _bench("--report", str(bench_out / "bench-quick.json"), timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "mcpcache-validator" in done.stdout
+    assert "fewer bytes per revalidated read" in done.stdout
+    assert (bench_out / "bench-quick-http.png").read_bytes()[:8] == PNG
+    done = _bench("--compare", str(bench_out / "bench.json"), str(bench_out / "bench-quick.json"), timeout=120)
     assert done.returncode == 0, done.stderr
     assert "baseline" in done.stdout
+    assert "mcpcache" in done.stdout
+
+
+def _old_format(document: dict[str, object]) -> dict[str, object]:
+    """The same figures as a bench.json of before format 2 held them (one transport, no rounds)."""
+    args = dict(document["args"])  # type: ignore[call-overload]
+    raw = []
+    for result in document["raw"]:  # type: ignore[attr-defined]
+        runs = [
+            {k: v for k, v in run.items() if k != "size"}
+            | {
+                "operations": [
+                    {k: v for k, v in op.items() if k not in ("round", "position")} for op in run["operations"]
+                ]
+            }
+            for run in result["runs"]
+        ]
+        raw.append({"config": result["config"], "runs": runs})
+    old_args = {"sizes": args["sizes"], "transport": args["transports"][0], "reads": args["reads"], "quick": True}
+    return {"created": document["created"], "machine": document["machine"], "args": old_args,
+            "configs": document["configs"], "raw": raw}  # fmt: skip
+
+
+def test_an_old_bench_json_is_still_read_and_anything_else_refused(bench_out: Path, tmp_path: Path) -> None:
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(_old_format(json.loads((bench_out / "bench-quick.json").read_text()))))
+    done = _bench("--report", str(old), timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "not interleaved" in done.stdout
+    assert "mcpcache-ttl" in done.stdout
+    foreign = tmp_path / "foreign.json"
+    foreign.write_text(json.dumps({"hello": "world"}))
+    done = _bench("--report", str(foreign), timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1
+    assert "not a bench.json" in done.stderr

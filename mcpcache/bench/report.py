@@ -1,5 +1,11 @@
-"""Turning the workers' raw measurements into the figures people read: summaries, the table, the plot,
-and the comparison of two runs."""
+"""Turning the workers' raw measurements into the figures people read: summaries, the tables, the plots,
+and the comparison of two runs.
+
+A `bench.json` of format 2 holds every operation with the round it was made in; the reads of one round
+(one per configuration, in shuffled order) are what the per-round ratios compare. A file written before
+format 2 (configurations run one after the other, one transport) is still read: its reads are paired by
+their index, and it is said that they were not interleaved.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +13,21 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import orjson
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from mcpcache.bench.common import percentile
 from mcpcache.bench.configs import BY_KEY
+
+FORMAT = 2
+HEADLINE_CONFIG = "mcpcache"
+TRANSPORT_NAMES = {"http": "streamable HTTP (127.0.0.1)", "stdio": "stdio"}
+
+
+class NotABenchFile(ValueError):
+    """A file `--report` or `--compare` cannot read as a bench.json."""
 
 
 def human_bytes(n: float) -> str:
@@ -21,113 +37,221 @@ def human_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def summarize(config: str, size_label: str, run: dict[str, Any]) -> dict[str, Any]:
-    """The figures of one (configuration, notebook) run. Every read counts, misses after edits included."""
+def size_label(label: str) -> str:
+    """'5MB' -> '5 MB', as the table and the plot print a notebook size."""
+    for unit in ("KB", "MB", "GB"):
+        if label.upper().endswith(unit):
+            return f"{label[: -len(unit)]} {unit}"
+    return label
+
+
+def factor(x: float | None) -> str:
+    """A ratio as people say it: 9,700x, 6.4x, 1.0x."""
+    if x is None:
+        return "-"
+    return f"{x:,.0f}x" if x >= 100 else f"{x:.1f}x"
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A bench.json (either format), with its summaries computed again from its raw operations."""
+    try:
+        document = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise NotABenchFile(f"{path}: cannot read it as JSON ({exc})") from exc
+    if not isinstance(document, dict) or not isinstance(document.get("raw"), list) or "args" not in document:
+        raise NotABenchFile(f"{path}: not a bench.json (no raw operations and arguments in it)")
+    if document.get("format", 1) > FORMAT:
+        raise NotABenchFile(f"{path}: bench.json format {document['format']} is newer than this mcpcache reads")
+    try:
+        return resummarize(document)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise NotABenchFile(f"{path}: a bench.json this version cannot summarize ({exc!r})") from exc
+
+
+def _runs(document: dict[str, Any]) -> list[tuple[str, str, str, dict[str, Any]]]:
+    """(transport, config, size, run) for every run, in either format."""
+    out: list[tuple[str, str, str, dict[str, Any]]] = []
+    args = document["args"]
+    for result in document["raw"]:
+        transport = result.get("transport") or args.get("transport", "stdio")
+        if "size" in (result["runs"] or [{}])[0]:
+            pairs = [(run["size"], run) for run in result["runs"]]
+        else:  # format 1: one run per size of the arguments, in order
+            pairs = list(zip(args["sizes"], result["runs"], strict=True))
+        out.extend((transport, result["config"], size, run) for size, run in pairs)
+    return out
+
+
+def _reads_by_round(run: dict[str, Any]) -> dict[int, dict[str, Any]]:
     reads = [op for op in run["operations"] if op["op"] == "read"]
-    ops = run["operations"]
+    return {op.get("round", index): op for index, op in enumerate(reads)}
+
+
+def summarize(config: str, transport: str, size: str, run: dict[str, Any]) -> dict[str, Any]:
+    """The figures of one (transport, configuration, notebook) run. Every read counts, misses after edits
+    included."""
+    reads = [op for op in run["operations"] if op["op"] == "read"]
     seconds = [op["seconds"] for op in reads]
     statuses: dict[str, int] = {}
     for op in reads:
         statuses[op["status"]] = statuses.get(op["status"], 0) + 1
-    revalidated = [op["received"] for op in reads if op["status"] == "revalidated"]
+    revalidated = [op for op in reads if op["status"] == "revalidated"]
     return {
+        "transport": transport,
         "config": config,
-        "size": size_label,
+        "size": size,
         "notebook_bytes": run["notebook_bytes"],
         "reads": len(reads),
-        "edits": len(ops) - len(reads),
+        "edits": len(run["operations"]) - len(reads),
         "statuses": statuses,
         "median_ms": statistics.median(seconds) * 1000,
         "p95_ms": percentile(seconds, 0.95) * 1000,
         "sent_per_read": sum(op["sent"] for op in reads) / len(reads),
         "received_per_read": sum(op["received"] for op in reads) / len(reads),
+        "wire_per_read": sum(op["sent"] + op["received"] for op in reads) / len(reads),
         "median_wire_per_read": statistics.median(op["sent"] + op["received"] for op in reads),
+        "revalidated_wire_per_read": (
+            statistics.median(op["sent"] + op["received"] for op in revalidated) if revalidated else None
+        ),
         "full_reply_bytes": max((op["received"] for op in reads), default=0),
-        "not_modified_reply_bytes": min(revalidated) if revalidated else None,
+        "not_modified_reply_bytes": min(op["received"] for op in revalidated) if revalidated else None,
         "server_cpu_ms": None if run["server_cpu_s"] is None else run["server_cpu_s"] * 1000,
         "client_peak_mib": run["client_peak_rss_kib"] / 1024,
     }
 
 
-def with_baseline_ratios(summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Adds bytes saved and speed-up against the baseline of the same notebook size."""
-    baseline = {s["size"]: s for s in summaries if s["config"] == "baseline"}
-    out = []
-    for s in summaries:
-        base = baseline.get(s["size"])
-        row = dict(s)
-        if base is not None:
-            wire = s["sent_per_read"] + s["received_per_read"]
-            base_wire = base["sent_per_read"] + base["received_per_read"]
-            row["wire_vs_baseline"] = wire / base_wire if base_wire else None
-            row["speedup"] = base["median_ms"] / s["median_ms"] if s["median_ms"] else None
-            if s["server_cpu_ms"] is not None and base["server_cpu_ms"]:
-                row["cpu_vs_baseline"] = s["server_cpu_ms"] / base["server_cpu_ms"]
-        out.append(row)
-    return out
+def _with_baseline(summary: dict[str, Any], base: dict[str, Any], ratios: list[float]) -> dict[str, Any]:
+    row = dict(summary)
+    wire, base_wire = summary["wire_per_read"], base["wire_per_read"]
+    row["wire_vs_baseline"] = wire / base_wire if base_wire else None
+    row["fewer_bytes"] = base_wire / wire if wire else None
+    revalidated = summary["revalidated_wire_per_read"]
+    row["fewer_bytes_revalidated"] = base_wire / revalidated if revalidated else None
+    if summary["server_cpu_ms"] is not None and base["server_cpu_ms"]:
+        row["cpu_vs_baseline"] = summary["server_cpu_ms"] / base["server_cpu_ms"]
+    row["rounds"] = len(ratios)
+    if ratios:
+        row["speedup"] = statistics.median(ratios)
+        row["speedup_p10"] = percentile(ratios, 0.10)
+        row["speedup_p90"] = percentile(ratios, 0.90)
+        row["speedup_min"] = min(ratios)
+        row["speedup_max"] = max(ratios)
+    else:
+        row["speedup"] = row["speedup_p10"] = row["speedup_p90"] = row["speedup_min"] = row["speedup_max"] = None
+    return row
 
 
 def resummarize(document: dict[str, Any]) -> dict[str, Any]:
-    """The document with its summaries computed again from its raw records (after a change to `summarize`)."""
-    sizes = document["args"]["sizes"]
+    """The document with its summaries computed again from its raw records (after a change to `summarize`).
+
+    Ratios are against the baseline of the same transport and notebook. The speed-up is per round: the
+    baseline's read of a round over this configuration's read of the same round; its median, p10 and p90.
+    """
+    runs = _runs(document)
+    sizes = list(dict.fromkeys(size for _, _, size, _ in runs))
+    transports = list(dict.fromkeys(t for t, _, _, _ in runs))
     order = [c["key"] for c in document["configs"]]
-    summaries = [
-        summarize(result["config"], label, run)
-        for result in document["raw"]
-        for label, run in zip(sizes, result["runs"], strict=True)
-    ]
-    summaries.sort(key=lambda s: (sizes.index(s["size"]), order.index(s["config"])))
-    return {**document, "summaries": with_baseline_ratios(summaries)}
+    summaries = [summarize(config, transport, size, run) for transport, config, size, run in runs]
+    by_round = {(t, c, s): _reads_by_round(run) for t, c, s, run in runs}
+    baseline = {(s["transport"], s["size"]): s for s in summaries if s["config"] == "baseline"}
+    out = []
+    for s in summaries:
+        base = baseline.get((s["transport"], s["size"]))
+        if base is None:
+            out.append(s)
+            continue
+        mine, theirs = by_round[s["transport"], s["config"], s["size"]], by_round[s["transport"], "baseline", s["size"]]
+        ratios = [theirs[r]["seconds"] / mine[r]["seconds"] for r in mine if r in theirs and mine[r]["seconds"] > 0]
+        out.append(_with_baseline(s, base, ratios))
+    out.sort(key=lambda s: (transports.index(s["transport"]), sizes.index(s["size"]), order.index(s["config"])))
+    return {**document, "summaries": out, "interleaved": document.get("format", 1) >= 2}
+
+
+def png_paths(document: dict[str, Any], json_path: Path) -> dict[str, Path]:
+    """Where each transport's plot of a bench.json goes: beside it, named after it and the transport."""
+    transports = dict.fromkeys(s["transport"] for s in document["summaries"])
+    return {t: json_path.with_name(f"{json_path.stem}-{t}.png") for t in transports}
+
+
+def headline(summaries: list[dict[str, Any]], transport: str, config: str = HEADLINE_CONFIG) -> str | None:
+    """One line for a transport: mcpcache against the baseline on the largest notebook measured."""
+    rows = [s for s in summaries if s["transport"] == transport and s["config"] == config and "speedup" in s]
+    if not rows:
+        return None
+    s = max(rows, key=lambda r: r["notebook_bytes"])
+    fewer = s.get("fewer_bytes_revalidated")
+    per_read = (
+        f"{factor(fewer)} fewer bytes per revalidated read" if fewer else f"{factor(s['fewer_bytes'])} fewer bytes"
+    )
+    faster = f"{factor(s['speedup'])} faster" if s["speedup"] is not None else "speed not measured"
+    return f"{config}: {per_read}; {faster} ({size_label(s['size'])} over {transport}, {s['rounds']} rounds)"
 
 
 def _statuses(statuses: dict[str, int]) -> str:
     short = {"full": "full", "miss": "miss", "revalidated": "reval", "fresh_hit": "fresh", "bypass": "bypass"}
-    return " ".join(f"{n} {short.get(k, k)}" for k, n in statuses.items())
+    return " ".join(f"{n} {short.get(k, k)}" for k, n in sorted(statuses.items(), key=lambda kv: -kv[1]))
 
 
-def render_table(summaries: list[dict[str, Any]], console: Console) -> None:
-    table = Table(title="mcpcache bench: reads of one notebook, with edits (ratios against the baseline)")
-    console = Console(width=max(console.width, 160), file=console.file)
-    for column, justify in (
-        ("size", "right"),
-        ("configuration", "left"),
-        ("reads", "left"),
-        ("wire/read mean", "right"),
-        ("vs base", "right"),
-        ("wire/read median", "right"),
-        ("time median", "right"),
-        ("time p95", "right"),
-        ("speed-up", "right"),
-        ("server CPU", "right"),
-        ("client peak", "right"),
-    ):
-        table.add_column(column, justify=justify)  # type: ignore[arg-type]
-    last_size = None
-    for s in summaries:
-        if last_size is not None and s["size"] != last_size:
-            table.add_section()
-        last_size = s["size"]
-        ratio = s.get("wire_vs_baseline")
-        speed = s.get("speedup")
-        table.add_row(
-            s["size"],
-            s["config"],
-            _statuses(s["statuses"]),
-            human_bytes(s["sent_per_read"] + s["received_per_read"]),
-            "-" if ratio is None else f"{ratio:.2%}",
-            human_bytes(s.get("median_wire_per_read", 0)),
-            f"{s['median_ms']:.1f} ms",
-            f"{s['p95_ms']:.1f} ms",
-            "-" if speed is None else f"{speed:.1f}x",
-            "-" if s["server_cpu_ms"] is None else f"{s['server_cpu_ms']:.0f} ms",
-            f"{s['client_peak_mib']:.0f} MiB",
+def _faster(s: dict[str, Any]) -> str:
+    if s.get("speedup") is None:
+        return "-"
+    return f"{factor(s['speedup'])} ({s['speedup_p10']:.1f}-{s['speedup_p90']:.1f})"
+
+
+def render_table(document: dict[str, Any], console: Console) -> None:
+    """One table per (transport, notebook size); it fits 100 columns."""
+    summaries = document["summaries"]
+    groups = dict.fromkeys((s["transport"], s["size"]) for s in summaries)
+    for transport, size in groups:
+        rows = [s for s in summaries if s["transport"] == transport and s["size"] == size]
+        rounds = max((s.get("rounds") or 0 for s in rows), default=0)
+        title = (
+            f"{size_label(size)} notebook over {TRANSPORT_NAMES.get(transport, transport)}: "
+            f"{rows[0]['reads']} reads, {rows[0]['edits']} edits"
         )
-    console.print(table)
+        table = Table(
+            title=title,
+            caption=(
+                f"faster: the baseline's read over this one, per round: median (p10-p90) of {rounds} rounds"
+                + ("" if document.get("interleaved") else "; not interleaved (an old bench.json)")
+            ),
+            box=box.SIMPLE_HEAD,
+            padding=(0, 1, 0, 0),  # with the blank column rule, two characters between columns
+            pad_edge=False,
+            show_edge=False,
+        )
+        for column, justify in (
+            ("configuration", "left"),
+            ("reads", "left"),
+            ("bytes/read\nmean", "right"),
+            ("fewer\nbytes", "right"),
+            ("time/read\nmedian", "right"),
+            ("faster\n(p10-p90)", "right"),
+            ("server\nCPU ms", "right"),
+            ("client\nMiB", "right"),
+        ):
+            table.add_column(column, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+        for s in rows:
+            table.add_row(
+                s["config"],
+                _statuses(s["statuses"]),
+                human_bytes(s["wire_per_read"]),
+                factor(s.get("fewer_bytes")),
+                f"{s['median_ms']:.1f} ms",
+                _faster(s),
+                "-" if s["server_cpu_ms"] is None else f"{s['server_cpu_ms']:.0f}",
+                f"{s['client_peak_mib']:.0f}",
+            )
+        console.print(table)
+    for transport in dict.fromkeys(t for t, _ in groups):
+        line = headline(summaries, transport)
+        if line:
+            console.print(f"[bold]{line}[/bold]")
     legend = Table(show_header=False, box=None, padding=(0, 1))
     for key in dict.fromkeys(s["config"] for s in summaries):
         config = BY_KEY.get(key)
         if config is not None:
-            legend.add_row(f"[bold]{key}[/bold]", config.label, f"[dim]{config.note}[/dim]")
+            legend.add_row(f"[bold]{key}[/bold]", f"{config.label}: [dim]{config.note}[/dim]")
     console.print(legend)
 
 
@@ -146,7 +270,7 @@ def render_limits(summaries: list[dict[str, Any]], answers: list[dict[str, Any]]
         if tokens is not None:
             counted = f"{tokens['count']:,} tokens" + ("" if tokens["method"] == "o200k" else " (est.)")
         table.add_row(
-            size,
+            size_label(size),
             human_bytes(full),
             "-" if reply is None else f"{reply} B",
             "-" if reply is None or not full else f"{reply / full:.4%}",
@@ -164,7 +288,10 @@ def render_extras(document: dict[str, Any], console: Console) -> None:
             table.add_column(column, justify="right")
         for row in costs:
             table.add_row(
-                row["size"], f"{row['mcpcache_ms']:.2f} ms", f"{row['sha256_form_ms']:.2f} ms", f"{row['ratio']:.1f}x"
+                size_label(row["size"]),
+                f"{row['mcpcache_ms']:.2f} ms",
+                f"{row['sha256_form_ms']:.2f} ms",
+                f"{row['ratio']:.1f}x",
             )
         console.print(table)
     byref = document.get("by_reference")
@@ -191,77 +318,120 @@ def render_extras(document: dict[str, Any], console: Console) -> None:
         )
 
 
-def plot(summaries: list[dict[str, Any]], path: Path) -> None:
+def plot_all(document: dict[str, Any], json_path: Path) -> list[Path]:
+    """One PNG per transport beside the json (bench-http.png, bench-stdio.png); the paths written."""
+    written = []
+    for transport, path in png_paths(document, json_path).items():
+        plot([s for s in document["summaries"] if s["transport"] == transport], transport, path)
+        written.append(path)
+    return written
+
+
+def plot(summaries: list[dict[str, Any]], transport: str, path: Path) -> None:
+    """Bytes per read (the mean: the full re-reads after edits count) and time per read (median, p10-p90 of
+    the per-round ratio turned into times). Lines against the notebook size, or bars for a single size."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (wire_ax, time_ax) = plt.subplots(1, 2, figsize=(13, 5.2))
-    styles = [("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."), ("v", "-"), ("P", "--"), ("X", ":")]
-    for index, config in enumerate(dict.fromkeys(s["config"] for s in summaries)):
-        marker, line = styles[index % len(styles)]
-        rows = sorted((s for s in summaries if s["config"] == config), key=lambda s: s["notebook_bytes"])
-        x = [s["notebook_bytes"] for s in rows]
-        label = BY_KEY[config].label if config in BY_KEY else config
-        # A fresh hit sends nothing; a log axis has no zero, so nothing is drawn at 1 B (and said so below).
-        wire = [max(s.get("median_wire_per_read", s["sent_per_read"] + s["received_per_read"]), 1) for s in rows]
-        wire_ax.plot(x, wire, marker=marker, linestyle=line, label=label, alpha=0.85)
-        time_ax.plot(x, [s["median_ms"] for s in rows], marker=marker, linestyle=line, label=label, alpha=0.85)
-    for ax, ylabel, title in (
-        (wire_ax, "median bytes on the wire per read, both directions", "Bytes per read"),
-        (time_ax, "median wall time per read (ms)", "Time per read"),
-    ):
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("notebook file size (bytes)")
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
-        ax.grid(True, which="both", alpha=0.3)
-    wire_ax.text(
-        0.02,
-        0.02,
-        "a read served fresh sends nothing: drawn at 1 B",
-        transform=wire_ax.transAxes,
-        fontsize=8,
-        alpha=0.7,
+    configs = list(dict.fromkeys(s["config"] for s in summaries))
+    sizes = sorted(
+        dict.fromkeys(s["size"] for s in summaries),
+        key=lambda z: min(s["notebook_bytes"] for s in summaries if s["size"] == z),
     )
-    handles, labels = wire_ax.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
-    fig.suptitle("mcpcache bench: reading one notebook again and again (an edit every few reads)")
-    fig.tight_layout(rect=(0, 0.1, 1, 0.95))
+    labels = {c: BY_KEY[c].label if c in BY_KEY else c for c in configs}
+    fig, (wire_ax, time_ax) = plt.subplots(1, 2, figsize=(13, 5.6))
+    if len(sizes) == 1:
+        rows = [next(s for s in summaries if s["config"] == c) for c in configs]
+        y = list(range(len(rows)))[::-1]
+        # A fresh hit sends nothing; a log axis has no zero, so a mean of 0 B is drawn at 1 B.
+        wire_ax.barh(y, [max(s["wire_per_read"], 1) for s in rows], color="tab:blue", alpha=0.8)
+        times = [s["median_ms"] for s in rows]
+        time_ax.barh(y, times, color="tab:orange", alpha=0.8)
+        for ax in (wire_ax, time_ax):
+            ax.set_yticks(y, [labels[s["config"]] for s in rows], fontsize=8)
+        time_ax.set_yticklabels([])
+        for yi, s in zip(y, rows, strict=True):
+            wire_ax.text(max(s["wire_per_read"], 1), yi, f" {human_bytes(s['wire_per_read'])}", va="center", fontsize=8)
+            note = "" if s.get("speedup") is None else f"  {factor(s['speedup'])}"
+            time_ax.text(s["median_ms"], yi, f" {s['median_ms']:.1f} ms{note}", va="center", fontsize=8)
+        wire_ax.set_xscale("log")
+        wire_ax.set_xlabel(f"mean bytes on the wire per read, both directions ({size_label(sizes[0])} notebook)")
+        time_ax.set_xlabel("median wall time per read (ms); faster than the baseline, median per round")
+        time_ax.set_xlim(0, max(times) * 1.35)
+        wire_ax.set_xlim(right=max(s["wire_per_read"] for s in rows) * 20)
+    else:
+        styles = [("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."), ("v", "-"), ("P", "--"), ("X", ":")]
+        for index, config in enumerate(configs):
+            marker, line = styles[index % len(styles)]
+            rows = sorted((s for s in summaries if s["config"] == config), key=lambda s: s["notebook_bytes"])
+            x = [s["notebook_bytes"] for s in rows]
+            wire = [max(s["wire_per_read"], 1) for s in rows]
+            wire_ax.plot(x, wire, marker=marker, linestyle=line, label=labels[config], alpha=0.85)
+            time_ax.plot(x, [s["median_ms"] for s in rows], marker=marker, linestyle=line, alpha=0.85)
+        ticks = [min(s["notebook_bytes"] for s in summaries if s["size"] == z) for z in sizes]
+        for ax in (wire_ax, time_ax):
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xticks(ticks, [size_label(z) for z in sizes])
+            ax.minorticks_off()
+            ax.set_xlabel("notebook size")
+        wire_ax.set_ylabel("mean bytes on the wire per read, both directions")
+        time_ax.set_ylabel("median wall time per read (ms)")
+        handles, legend_labels = wire_ax.get_legend_handles_labels()
+        fig.legend(handles, legend_labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
+    wire_ax.set_title("Bytes per read (mean: re-reads after edits count)")
+    time_ax.set_title("Time per read")
+    for ax in (wire_ax, time_ax):
+        ax.grid(True, which="both", alpha=0.3)
+    reads = summaries[0]["reads"] if summaries else 0
+    edits = summaries[0]["edits"] if summaries else 0
+    fig.suptitle(
+        f"mcpcache bench over {TRANSPORT_NAMES.get(transport, transport)}: "
+        f"{reads} reads of one notebook, {edits} edits between them",
+        fontsize=12,
+    )
+    headline_text = headline(summaries, transport)
+    if headline_text:
+        fig.text(0.5, 0.905, headline_text, ha="center", fontsize=10, weight="bold", color="tab:green")
+    fig.tight_layout(rect=(0, 0.1 if len(sizes) > 1 else 0.02, 1, 0.89))
     fig.savefig(path, dpi=130)
     plt.close(fig)
 
 
 def compare(old: dict[str, Any], new: dict[str, Any], console: Console) -> None:
-    """How the figures of two `bench.json` files differ, (configuration, size) by (configuration, size)."""
-    before = {(s["config"], s["size"]): s for s in old.get("summaries", [])}
-    table = Table(title="mcpcache bench --compare (new against old)")
-    console = Console(width=max(console.width, 120), file=console.file)
-    for column in ("size", "configuration", "median old", "median new", "new/old", "wire old", "wire new", "new/old"):
-        table.add_column(column, justify="right")
+    """How the figures of two bench files differ, (transport, configuration, size) by (transport, ...)."""
+    before = {(s["transport"], s["config"], s["size"]): s for s in old["summaries"]}
+    table = Table(title="mcpcache bench --compare (new against old)", box=box.SIMPLE_HEAD, pad_edge=False)
+    for column in ("", "size", "configuration", "time old", "time new", "new/old", "bytes old", "bytes new", "new/old"):
+        table.add_column(column, justify="right", no_wrap=True)
     matched = 0
-    for s in new.get("summaries", []):
-        o = before.get((s["config"], s["size"]))
+    for s in new["summaries"]:
+        o = before.get((s["transport"], s["config"], s["size"]))
         if o is None:
             continue
         matched += 1
-        wire_old = o["sent_per_read"] + o["received_per_read"]
-        wire_new = s["sent_per_read"] + s["received_per_read"]
         table.add_row(
-            s["size"],
+            s["transport"],
+            size_label(s["size"]),
             s["config"],
             f"{o['median_ms']:.1f} ms",
             f"{s['median_ms']:.1f} ms",
             f"{s['median_ms'] / o['median_ms']:.2f}x" if o["median_ms"] else "-",
-            human_bytes(wire_old),
-            human_bytes(wire_new),
-            f"{wire_new / wire_old:.2f}x" if wire_old else "-",
+            human_bytes(o["wire_per_read"]),
+            human_bytes(s["wire_per_read"]),
+            f"{s['wire_per_read'] / o['wire_per_read']:.2f}x" if o["wire_per_read"] else "-",
         )
     console.print(table)
     if not matched:
-        console.print("[yellow]the two files have no (configuration, size) in common[/yellow]")
+        console.print("[yellow]the two files have no (transport, configuration, size) in common[/yellow]")
     for label, doc in (("old", old), ("new", new)):
         machine = doc.get("machine", {})
-        console.print(f"{label}: {doc.get('created', '?')} on {machine.get('cpu', '?')}, args {doc.get('args', {})}")
+        commit = str((doc.get("provenance") or {}).get("commit", "?"))
+        args = doc.get("args", {})
+        console.print(
+            f"{label}: {doc.get('created', '?')}, commit {str(commit)[:10]}, on {machine.get('cpu', '?')}; "
+            f"{args.get('reads', '?')} reads, an edit every {args.get('edit_every', '?')}"
+            + ("" if doc.get("interleaved") else " (not interleaved)")
+        )

@@ -1,44 +1,73 @@
-"""One configuration's benchmark runs, in a process of its own.
+"""One configuration's client and server, in a process of its own, driven one operation at a time.
 
-`mcpcache bench` starts `python -m mcpcache.bench.worker SPEC.json` once per configuration, so no
-configuration's client warms another's caches and each has its own peak memory. The worker starts the
-demo server on the configuration's own copy of the notebooks (stdio: the client transport spawns it;
-HTTP: the worker does, on a free loopback port), reads a small notebook once to warm both ends, then runs
-the scenario on each notebook from the smallest up: its peak RSS after a notebook is that notebook's
-peak. Every message is counted at the client's transport, the server's CPU time is read from /proc, and
-the measurements go to the JSON file the spec names.
+`mcpcache bench` starts one worker process per configuration (`run_worker`) and keeps them all alive, so no
+configuration's client warms another's caches and each has its own peak memory, yet the runner can
+interleave them: each round it asks every worker for one read, in shuffled order, so noise on the machine
+hits every configuration alike.
+
+Workers, and the HTTP demo servers (`run_server`: the `mcpcache demo-server` command, run in-process), are
+forked from a multiprocessing fork server that imported the libraries once, so starting fourteen processes
+does not mean importing them fourteen times. Over stdio the client transport spawns
+`python -m mcpcache demo-server` itself, as a user's client would.
+
+A worker serves the configuration's own copy of the notebooks, lists the tools and reads a small notebook
+once to warm both ends, then says it is ready and answers commands, one dict at a time over a pipe:
+
+- `{"cmd": "begin", "notebook": N}`: start counting server CPU and cache statistics for N;
+- `{"cmd": "read", "notebook": N}` / `{"cmd": "edit", "notebook": N}`: one timed operation, its bytes;
+- `{"cmd": "end", "notebook": N}`: N's server CPU, the client's peak RSS so far, cache statistics;
+- `{"cmd": "quit"}`: close and exit.
+
+A failure is sent back as `{"error": ...}`, and the worker exits.
+
+Only the call itself is timed; waiting for the next command is not. Every message is counted at the
+client's transport and the server's CPU time is read from /proc.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import resource
-import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import mcp
 import mcp_types as mt
 from mcp.client import CacheConfig
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from mcpcache.bench.common import accepts, free_port, stop_process
+from mcpcache.bench.common import accepts
 from mcpcache.bench.configs import BY_KEY, Config
 from mcpcache.bench.wire import CountingTransport, WireLog
 
 HTTP_MAX_EVENT_BYTES = 1024 * 1024 * 1024
 """The SDK's HTTP client refuses SSE events over 1 MB by default; a notebook read is many times that."""
 
-
 WARM_UP_NOTEBOOK = "warm-up.ipynb"
+PRELOAD = (
+    "mcpcache.bench.worker",
+    "mcpcache.bench.wire",
+    "mcpcache.client",
+    "mcpcache.stores",
+    "mcpcache.cli",
+    "mcpcache.demo.server",
+    "uvicorn",
+    # The first tool call imports these lazily: jsonschema (to check an answer against its output schema)
+    # alone takes seconds, as it compiles dozens of grammars at import.
+    "jsonschema",
+    "fastmcp.server.context",
+    "griffe",
+)
+"""What the fork server imports once, for every worker and HTTP server forked from it."""
 
 
 @dataclass(frozen=True)
@@ -46,12 +75,10 @@ class RunSpec:
     config: str
     directory: str
     """This configuration's own copies of the notebooks (the runs edit them), plus the warm-up one."""
-    notebooks: list[str]
-    """File names in `directory`, smallest first."""
-    reads: int
-    edit_every: int
     transport: str
-    output: str
+    port: int = 0
+    """HTTP: the port of the demo server the runner started for this configuration."""
+    server_pid: int = 0
 
 
 def _children() -> list[int]:
@@ -75,28 +102,22 @@ def _server_command(config: Config, directory: Path) -> list[str]:
 
 @contextlib.asynccontextmanager
 async def _connect(spec: RunSpec, config: Config, log: WireLog, errlog: Any) -> AsyncIterator[tuple[mcp.Client, int]]:
-    command = _server_command(config, Path(spec.directory))
     cache = CacheConfig() if config.client == "sdk-cache" else None
     if spec.transport == "stdio":
+        command = _server_command(config, Path(spec.directory))
         params = mcp.StdioServerParameters(command=command[0], args=command[1:])
         async with mcp.Client(CountingTransport(stdio_client(params, errlog=errlog), log), cache=cache) as client:
             children = _children()
             yield client, children[0] if children else -1
         return
-    port = free_port()
-    # Popen returns at once; only the teardown waits, when nothing else runs in this worker.
-    process = subprocess.Popen([*command, "--http", str(port)], stdout=subprocess.DEVNULL, stderr=errlog)  # noqa: ASYNC220
-    try:
-        deadline = time.monotonic() + 30
-        while not accepts(port):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the demo server did not start on port {port}")
-            await anyio.sleep(0.05)
-        transport = streamable_http_client(f"http://127.0.0.1:{port}/mcp", max_sse_event_size=HTTP_MAX_EVENT_BYTES)
-        async with mcp.Client(CountingTransport(transport, log), cache=cache) as client:
-            yield client, process.pid
-    finally:
-        stop_process(process)
+    deadline = time.monotonic() + 120
+    while not accepts(spec.port):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the demo server did not listen on port {spec.port}")
+        await anyio.sleep(0.05)
+    transport = streamable_http_client(f"http://127.0.0.1:{spec.port}/mcp", max_sse_event_size=HTTP_MAX_EVENT_BYTES)
+    async with mcp.Client(CountingTransport(transport, log), cache=cache) as client:
+        yield client, spec.server_pid
 
 
 def _text_of(result: mt.CallToolResult) -> str:
@@ -108,73 +129,6 @@ async def _read(view: Any, cache: Any, name: str) -> tuple[mt.CallToolResult, st
         call = await view.call("read_notebook", {"path": name})
         return call.result, call.outcome.status
     return await view.call_tool("read_notebook", {"path": name}), "full"
-
-
-async def _scenario(
-    spec: RunSpec, name: str, view: Any, cache: Any, log: WireLog, progress: bool
-) -> list[dict[str, Any]]:
-    """R reads of `name` with an edit every E reads: the operations measured."""
-    operations: list[dict[str, Any]] = []
-    edits = 0
-    for index in range(spec.reads):
-        if spec.edit_every and index and index % spec.edit_every == 0:
-            edits += 1
-            mark = log.mark()
-            started = time.perf_counter()
-            await view.call_tool("edit_cell", {"path": name, "index": 0, "source": f"x = {edits}"})
-            operations.append(_operation("edit", "", time.perf_counter() - started, log, mark))
-        mark = log.mark()
-        started = time.perf_counter()
-        result, status = await _read(view, cache, name)
-        elapsed = time.perf_counter() - started
-        if result.is_error or not isinstance(result.structured_content, dict):
-            raise RuntimeError(f"read {index} of {name} failed: {_text_of(result)[:500]}")
-        operations.append(_operation("read", status, elapsed, log, mark))
-        if progress:
-            print("progress", name, index + 1, flush=True)
-    return operations
-
-
-async def run(spec: RunSpec, progress: bool = False) -> dict[str, Any]:
-    config = BY_KEY[spec.config]
-    work = Path(spec.output).parent
-    log = WireLog(deferred=True)
-    rss_after_imports = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    runs: list[dict[str, Any]] = []
-    with (work / f"{spec.config}.server.log").open("w") as errlog:
-        async with _connect(spec, config, log, errlog) as (client, server_pid):
-            # The SDK lists tools before it validates a tool's first answer; do it outside the timed reads.
-            await client.list_tools()
-            view: Any = client
-            cache = None
-            if config.client == "mcpcache":
-                from mcpcache.client import ToolCache
-                from mcpcache.stores import SQLiteStore
-
-                cache = ToolCache(SQLiteStore(work / f"{spec.config}.tools.db"), trusted=True)
-                view = cache.wrap(client, server_id="mcpcache-bench")
-            await _read(view, cache, WARM_UP_NOTEBOOK)
-            for name in spec.notebooks:
-                cpu_start = cpu_seconds(server_pid) if server_pid > 0 else None
-                stats_before = cache.stats.as_dict() if cache is not None else None
-                operations = await _scenario(spec, name, view, cache, log, progress)
-                cpu_end = cpu_seconds(server_pid) if server_pid > 0 else None
-                runs.append(
-                    {
-                        "notebook": name,
-                        "notebook_bytes": (Path(spec.directory) / name).stat().st_size,
-                        "operations": operations,
-                        "server_cpu_s": None if cpu_start is None or cpu_end is None else cpu_end - cpu_start,
-                        "client_peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                        "cache_stats": _delta(stats_before, cache.stats.as_dict()) if cache is not None else None,
-                    }
-                )
-    return {
-        "spec": asdict(spec),
-        "config": spec.config,
-        "client_rss_after_imports_kib": rss_after_imports,
-        "runs": runs,
-    }
 
 
 def _delta(before: dict[str, int] | None, after: dict[str, int]) -> dict[str, int]:
@@ -192,11 +146,105 @@ def _operation(kind: str, status: str, elapsed: float, log: WireLog, mark: int) 
     }
 
 
-def main() -> None:
-    spec = RunSpec(**json.loads(Path(sys.argv[1]).read_text()))
-    result = anyio.run(run, spec, "--progress" in sys.argv[2:])
-    Path(spec.output).write_text(json.dumps(result))
+class Session:
+    """The worker's state between commands."""
+
+    def __init__(self, spec: RunSpec, view: Any, cache: Any, log: WireLog, server_pid: int) -> None:
+        self.spec = spec
+        self.view = view
+        self.cache = cache
+        self.log = log
+        self.server_pid = server_pid
+        self.edits = 0
+        self.started: dict[str, tuple[float | None, dict[str, int] | None]] = {}
+
+    async def handle(self, command: dict[str, Any]) -> dict[str, Any]:
+        kind, name = command["cmd"], command.get("notebook", "")
+        if kind == "begin":
+            cpu = cpu_seconds(self.server_pid) if self.server_pid > 0 else None
+            self.started[name] = (cpu, self.cache.stats.as_dict() if self.cache is not None else None)
+            return {"ok": True}
+        if kind == "end":
+            cpu_start, stats_before = self.started.pop(name)
+            cpu_end = cpu_seconds(self.server_pid) if self.server_pid > 0 else None
+            return {
+                "notebook": name,
+                "notebook_bytes": (Path(self.spec.directory) / name).stat().st_size,
+                "server_cpu_s": None if cpu_start is None or cpu_end is None else cpu_end - cpu_start,
+                "client_peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                "cache_stats": _delta(stats_before, self.cache.stats.as_dict()) if self.cache is not None else None,
+            }
+        if kind == "edit":
+            self.edits += 1
+            mark = self.log.mark()
+            started = time.perf_counter()
+            arguments = {"path": name, "index": 0, "source": f"x = {self.edits}"}
+            result = await self.view.call_tool("edit_cell", arguments)
+            elapsed = time.perf_counter() - started
+            if result.is_error:
+                raise RuntimeError(f"edit of {name} failed: {_text_of(result)[:500]}")
+            return _operation("edit", "", elapsed, self.log, mark)
+        if kind == "read":
+            mark = self.log.mark()
+            started = time.perf_counter()
+            result, status = await _read(self.view, self.cache, name)
+            elapsed = time.perf_counter() - started
+            if result.is_error or not isinstance(result.structured_content, dict):
+                raise RuntimeError(f"read of {name} failed: {_text_of(result)[:500]}")
+            return _operation("read", status, elapsed, self.log, mark)
+        raise ValueError(f"unknown command {kind!r}")
 
 
-if __name__ == "__main__":
-    main()
+async def serve(spec: RunSpec, conn: Connection) -> None:
+    config = BY_KEY[spec.config]
+    work = Path(spec.directory)
+    log = WireLog(deferred=True)
+    rss_at_start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with (work / f"{spec.config}.server.log").open("a") as errlog:
+        async with _connect(spec, config, log, errlog) as (client, server_pid):
+            # The SDK lists tools before it validates a tool's first answer; do it outside the timed reads.
+            await client.list_tools()
+            view: Any = client
+            cache = None
+            if config.client == "mcpcache":
+                from mcpcache.client import ToolCache
+                from mcpcache.stores import SQLiteStore
+
+                cache = ToolCache(SQLiteStore(work / f"{spec.config}.tools.db"), trusted=True)
+                view = cache.wrap(client, server_id="mcpcache-bench")
+            await _read(view, cache, WARM_UP_NOTEBOOK)
+            session = Session(spec, view, cache, log, server_pid)
+            conn.send({"ready": True, "client_rss_at_start_kib": rss_at_start, "server_pid": server_pid})
+            while True:
+                command: dict[str, Any] = await anyio.to_thread.run_sync(conn.recv)
+                if command["cmd"] == "quit":
+                    break
+                try:
+                    conn.send(await session.handle(command))
+                except Exception as exc:  # reported to the runner, which stops the run
+                    conn.send({"error": f"{type(exc).__name__}: {exc}"})
+                    raise
+    conn.send({"bye": True})
+
+
+def _to_log(path: str) -> None:
+    """Send this process's stdout and stderr to a file (a forked child shares the runner's terminal)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def run_worker(spec: RunSpec, conn: Connection, log_path: str) -> None:
+    """A worker process's whole life (the target the runner forks)."""
+    _to_log(log_path)
+    anyio.run(serve, spec, conn)
+
+
+def run_server(config_key: str, directory: str, port: int, log_path: str) -> None:
+    """An HTTP demo server process: `mcpcache demo-server --dir D <flags> --http PORT`, run in-process."""
+    from mcpcache.cli import app
+
+    _to_log(log_path)
+    flags = list(BY_KEY[config_key].server_flags)
+    app(["demo-server", "--dir", directory, *flags, "--http", str(port)], standalone_mode=False)

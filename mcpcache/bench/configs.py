@@ -13,8 +13,10 @@ ClientKind = Literal["plain", "sdk-cache", "mcpcache"]
 
 REVALIDATE_EVERY_READ_TTL_MS = 0
 """The revalidation configurations announce ttl 0, so every read asks the server (with its tag)."""
-TTL_CONFIG_TTL_MS = 30_000
-"""The TTL configuration's reads come closer together than this, so between edits they are fresh hits."""
+TTL_CONFIG_TTL_MS = 300_000
+"""The TTL configuration's reads come closer together than this, so between edits they are fresh hits: in
+rounds, one read of each configuration lies between two of its reads (a round of the 20 MB notebook over
+stdio takes about 20 s here, more on a loaded machine)."""
 
 
 @dataclass(frozen=True)

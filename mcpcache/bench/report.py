@@ -207,7 +207,7 @@ def render_table(document: dict[str, Any], console: Console) -> None:
         rounds = max((s.get("rounds") or 0 for s in rows), default=0)
         title = (
             f"{size_label(size)} notebook over {TRANSPORT_NAMES.get(transport, transport)}: "
-            f"{rows[0]['reads']} reads, {rows[0]['edits']} edits"
+            f"{rows[0]['reads']} reads, {rows[0]['edits']} edit{'' if rows[0]['edits'] == 1 else 's'}"
         )
         table = Table(
             title=title,
@@ -345,22 +345,21 @@ def plot(summaries: list[dict[str, Any]], transport: str, path: Path) -> None:
     if len(sizes) == 1:
         rows = [next(s for s in summaries if s["config"] == c) for c in configs]
         y = list(range(len(rows)))[::-1]
-        # A fresh hit sends nothing; a log axis has no zero, so a mean of 0 B is drawn at 1 B.
-        wire_ax.barh(y, [max(s["wire_per_read"], 1) for s in rows], color="tab:blue", alpha=0.8)
+        # A linear axis: the mean is a share of the baseline's bytes, and a read served fresh costs 0 B.
+        wire_ax.barh(y, [s["wire_per_read"] / 1e6 for s in rows], color="tab:blue", alpha=0.8)
         times = [s["median_ms"] for s in rows]
         time_ax.barh(y, times, color="tab:orange", alpha=0.8)
         for ax in (wire_ax, time_ax):
             ax.set_yticks(y, [labels[s["config"]] for s in rows], fontsize=8)
         time_ax.set_yticklabels([])
         for yi, s in zip(y, rows, strict=True):
-            wire_ax.text(max(s["wire_per_read"], 1), yi, f" {human_bytes(s['wire_per_read'])}", va="center", fontsize=8)
+            wire_ax.text(s["wire_per_read"] / 1e6, yi, f" {human_bytes(s['wire_per_read'])}", va="center", fontsize=8)
             note = "" if s.get("speedup") is None else f"  {factor(s['speedup'])}"
             time_ax.text(s["median_ms"], yi, f" {s['median_ms']:.1f} ms{note}", va="center", fontsize=8)
-        wire_ax.set_xscale("log")
-        wire_ax.set_xlabel(f"mean bytes on the wire per read, both directions ({size_label(sizes[0])} notebook)")
-        time_ax.set_xlabel("median wall time per read (ms); faster than the baseline, median per round")
+        wire_ax.set_xlabel(f"MB on the wire per read, both directions, mean ({size_label(sizes[0])} notebook)")
+        time_ax.set_xlabel("median ms per read, and the median per-round speed-up")
         time_ax.set_xlim(0, max(times) * 1.35)
-        wire_ax.set_xlim(right=max(s["wire_per_read"] for s in rows) * 20)
+        wire_ax.set_xlim(0, max(s["wire_per_read"] for s in rows) / 1e6 * 1.3)
     else:
         styles = [("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."), ("v", "-"), ("P", "--"), ("X", ":")]
         for index, config in enumerate(configs):
@@ -389,7 +388,7 @@ def plot(summaries: list[dict[str, Any]], transport: str, path: Path) -> None:
     edits = summaries[0]["edits"] if summaries else 0
     fig.suptitle(
         f"mcpcache bench over {TRANSPORT_NAMES.get(transport, transport)}: "
-        f"{reads} reads of one notebook, {edits} edits between them",
+        f"{reads} reads of one notebook, {edits} edit{'' if edits == 1 else 's'} between them",
         fontsize=12,
     )
     headline_text = headline(summaries, transport)

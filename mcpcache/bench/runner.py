@@ -267,6 +267,9 @@ def _run_transport(
     finally:
         for worker in workers.values():
             worker.close()
+            # The client caches hold a copy of every answer (tens of MB); the logs stay for inspection.
+            for path in worker.work.glob("*.tools.db*"):
+                path.unlink(missing_ok=True)
 
 
 def _git(*arguments: str) -> str | None:

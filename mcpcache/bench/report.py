@@ -195,7 +195,8 @@ def _statuses(statuses: dict[str, int]) -> str:
 def _faster(s: dict[str, Any]) -> str:
     if s.get("speedup") is None:
         return "-"
-    return f"{factor(s['speedup'])} ({s['speedup_p10']:.1f}-{s['speedup_p90']:.1f})"
+    low, high = (f"{x:.0f}" if x >= 100 else f"{x:.1f}" for x in (s["speedup_p10"], s["speedup_p90"]))
+    return f"{factor(s['speedup'])} ({low}-{high})"
 
 
 def render_table(document: dict[str, Any], console: Console) -> None:

@@ -28,10 +28,15 @@ Four questions, each answered by measuring (never by asserting):
    against without. Configurations are interleaved in rounds (order shuffled per round); medians and
    per-round ratios with their spread.
 
+5. Large answers (`--only large`, not part of the default run): the 5 MB notebook (a ~10 MB stored answer)
+   read in full over streamable HTTP against fresh hits (MemoryStore, SQLiteStore), interleaved in rounds
+   with per-round ratios; tracemalloc's peak per revalidated read; a fresh hit of a ~20 MB stored answer,
+   SQLiteStore against MemoryStore; and `SQLiteStore.load_many` of 1/5/10/20 MB bodies.
+
 Run:  python benchmarks/client_overhead.py            (about three minutes)
       python benchmarks/client_overhead.py --quick    (fewer runs; a smoke test, not for the docs)
       python benchmarks/client_overhead.py --json out.json
-      python benchmarks/client_overhead.py --only fresh|reads|memory|integrity
+      python benchmarks/client_overhead.py --only fresh|reads|memory|integrity|large
       python benchmarks/client_overhead.py --profile  (also print a cProfile of the fresh-hit path)
 It prints Markdown tables; docs/benchmarks.md holds a copy of one run and how to read it.
 """
@@ -88,7 +93,7 @@ from mcpcache.protocol import MAX_TTL_MS, META_KEY, conditional_request_meta
 from mcpcache.server.fastmcp import install
 from mcpcache.server.policies import CachePolicy, ToolPolicies
 from mcpcache.stores import MemoryStore, SQLiteStore, Store
-from mcpcache.stores.base import Item, body_checksum
+from mcpcache.stores.base import Item, StoreLimits, body_checksum
 from mcpcache.stores.redis import RedisStore
 
 MB = 1_000_000
@@ -1238,6 +1243,220 @@ def render_integrity(result: IntegrityResult) -> list[str]:
     return out
 
 
+# --- 5. large answers: fresh hits against a full read, memory per revalidated read, SQLite at 20 MB --------
+
+
+LARGE_ROUNDS = 10
+LARGE_REPS = 3
+"""Calls of each configuration per round (alternating, the order flipped every call); a round's value is the
+median of its calls."""
+LOAD_SIZES_MB = (1, 5, 10, 20)
+
+
+@dataclass
+class LargeResult:
+    notebook_bytes: int
+    stored_bytes: int
+    big_stored_bytes: int
+    rounds: int
+    full_read_ms: Spread
+    """`client.call_tool("read_notebook")` over streamable HTTP on 127.0.0.1: the whole answer, every time."""
+    fresh_memory_ms: Spread
+    fresh_sqlite_ms: Spread
+    full_over_fresh_memory: Spread
+    """Per round: full read ÷ fresh hit (MemoryStore)."""
+    full_over_fresh_sqlite: Spread
+    revalidated_peak_mib: dict[str, Spread]
+    """tracemalloc peak above the start of one revalidated read (the stored answer already decoded once)."""
+    big_fresh_memory_ms: Spread
+    big_fresh_sqlite_ms: Spread
+    big_sqlite_over_memory: Spread
+    """Per round: fresh hit of the ~20 MB answer, SQLiteStore ÷ MemoryStore."""
+    sqlite_load_ms: dict[str, Spread]
+    """`SQLiteStore.load_many([key])` of a body of 1/5/10/20 MB (random bytes), per size."""
+
+
+async def _alternating(arms: dict[str, Callable[[], Awaitable[object]]], reps: int) -> dict[str, float]:
+    """One round: each arm called `reps` times, in turn, the order flipped every call; the median per arm."""
+    names = list(arms)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for rep in range(reps):
+        for name in names if rep % 2 == 0 else reversed(names):
+            start = time.perf_counter()
+            await arms[name]()
+            samples[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+async def _rounds(
+    arms: dict[str, Callable[[], Awaitable[object]]], rounds: int, reps: int, label: str
+) -> dict[str, list[float]]:
+    for call in arms.values():
+        await call()
+    per_round: dict[str, list[float]] = {name: [] for name in arms}
+    for index in range(rounds):
+        print(f"{label}: round {index + 1} of {rounds}...", file=sys.stderr)
+        gc.collect()
+        with gc_paused():
+            for name, value in (await _alternating(arms, reps)).items():
+                per_round[name].append(value)
+    return per_round
+
+
+async def _revalidated_peaks(view: Any, clock: ShiftedClock, args: dict[str, Any], runs: int) -> list[float]:
+    """tracemalloc's peak above the start of each revalidated read, in MiB."""
+    import tracemalloc
+
+    peaks = []
+    clock.expire()
+    await view.call("read_notebook", args)  # the first serve checks the answer once; not counted
+    tracemalloc.start()
+    try:
+        for _ in range(runs):
+            clock.expire()
+            gc.collect()
+            tracemalloc.reset_peak()
+            start, _ = tracemalloc.get_traced_memory()
+            call = await view.call("read_notebook", args)
+            _, peak = tracemalloc.get_traced_memory()
+            assert call.outcome.status == "revalidated", call.outcome
+            del call
+            peaks.append((peak - start) / MiB)
+    finally:
+        tracemalloc.stop()
+    return peaks
+
+
+async def _sqlite_loads(tmp: Path, rounds: int) -> dict[str, Spread]:
+    store = SQLiteStore(tmp / "loads.db", StoreLimits(max_bytes=200 * MiB))
+    try:
+        arms: dict[str, Callable[[], Awaitable[object]]] = {}
+        for mb in LOAD_SIZES_MB:
+            key = f"load-{mb}"
+            await store.save(key, Item({"n": mb}, os.urandom(mb * MB), "bench"))
+
+            async def load(key: str = key) -> object:
+                items = await store.load_many([key])
+                assert items[0] is not None
+                return items
+
+            arms[f"{mb} MB"] = load
+        per_round = await _rounds(arms, rounds, LARGE_REPS, "sqlite loads")
+    finally:
+        await store.close()
+    return {name: Spread.of([v * 1e3 for v in values]) for name, values in per_round.items()}
+
+
+async def large_rows(quick: bool, errlog: TextIO) -> LargeResult:
+    rounds = 4 if quick else LARGE_ROUNDS
+    with tempfile.TemporaryDirectory(prefix="mcpcache-bench-") as tmp_name:
+        tmp = Path(tmp_name)
+        name, big = "read-5mb.ipynb", "read-10mb.ipynb"
+        notebook_bytes = generate_notebook_of_size(tmp / name, NOTEBOOK_BYTES, seed=5).stat().st_size
+        generate_notebook_of_size(tmp / big, 2 * NOTEBOOK_BYTES, seed=6)
+        stores: dict[str, Store] = {
+            "memory": MemoryStore(StoreLimits(max_bytes=256 * MiB)),
+            "sqlite": SQLiteStore(tmp / "large.db"),
+        }
+        try:
+            async with demo_client("http", tmp, [], WireLog(deferred=True), errlog) as client:
+                await client.list_tools()
+                frozen = FrozenClock()
+                views = {kind: ToolCache(store, clock=frozen).wrap(client) for kind, store in stores.items()}
+                args, big_args = {"path": name}, {"path": big}
+                sizes: dict[str, int] = {}
+                for view in views.values():
+                    for a in (args, big_args):
+                        first = await view.call("read_notebook", a)
+                        assert first.outcome.status == "miss", first.outcome
+                        sizes[a["path"]] = len(encode_result(first.result))
+
+                def fresh(view: Any, a: dict[str, Any]) -> Callable[[], Awaitable[object]]:
+                    async def call() -> object:
+                        got = await view.call("read_notebook", a)
+                        assert got.outcome.status == "fresh_hit", got.outcome
+                        return got
+
+                    return call
+
+                async def full() -> object:
+                    return await client.call_tool("read_notebook", args)
+
+                print("large: 5 MB notebook, full read against fresh hits...", file=sys.stderr)
+                small = await _rounds(
+                    {"full": full, "memory": fresh(views["memory"], args), "sqlite": fresh(views["sqlite"], args)},
+                    rounds,
+                    LARGE_REPS,
+                    "large: 5 MB",
+                )
+                print("large: the 10 MB notebook's answer, fresh hits...", file=sys.stderr)
+                large = await _rounds(
+                    {"memory": fresh(views["memory"], big_args), "sqlite": fresh(views["sqlite"], big_args)},
+                    rounds,
+                    LARGE_REPS,
+                    "large: 20 MB",
+                )
+                peaks: dict[str, Spread] = {}
+                for kind, store in stores.items():
+                    clock = ShiftedClock()
+                    view = ToolCache(store, clock=clock, partition="revalidated").wrap(client)
+                    await view.call("read_notebook", args)
+                    peaks[kind] = Spread.of(await _revalidated_peaks(view, clock, args, 3 if quick else 8))
+        finally:
+            for store in stores.values():
+                await store.close()
+        loads = await _sqlite_loads(tmp, rounds)
+
+    def ms(values: list[float]) -> Spread:
+        return Spread.of([v * 1e3 for v in values])
+
+    def ratio(top: list[float], bottom: list[float]) -> Spread:
+        return Spread.of([a / b for a, b in zip(top, bottom, strict=True)])
+
+    return LargeResult(
+        notebook_bytes=notebook_bytes,
+        stored_bytes=sizes[name],
+        big_stored_bytes=sizes[big],
+        rounds=rounds,
+        full_read_ms=ms(small["full"]),
+        fresh_memory_ms=ms(small["memory"]),
+        fresh_sqlite_ms=ms(small["sqlite"]),
+        full_over_fresh_memory=ratio(small["full"], small["memory"]),
+        full_over_fresh_sqlite=ratio(small["full"], small["sqlite"]),
+        revalidated_peak_mib=peaks,
+        big_fresh_memory_ms=ms(large["memory"]),
+        big_fresh_sqlite_ms=ms(large["sqlite"]),
+        big_sqlite_over_memory=ratio(large["sqlite"], large["memory"]),
+        sqlite_load_ms=loads,
+    )
+
+
+def render_large(result: LargeResult) -> list[str]:
+    r = result
+    return [
+        f"### Large answers: a {_kb(r.notebook_bytes)} notebook (stored answer {_kb(r.stored_bytes)}), "
+        f"and a {_kb(r.big_stored_bytes)} stored answer",
+        "",
+        f"Per-round medians over {r.rounds} rounds (median [p10-p90] (min-max)).",
+        "",
+        "| measure | value |",
+        "|---|---|",
+        f"| full read over HTTP, ms | {_spread(r.full_read_ms)} |",
+        f"| fresh hit, MemoryStore, ms | {_spread(r.fresh_memory_ms)} |",
+        f"| fresh hit, SQLiteStore, ms | {_spread(r.fresh_sqlite_ms)} |",
+        f"| full read ÷ fresh hit, MemoryStore | {_spread(r.full_over_fresh_memory, '{:.1f}')} |",
+        f"| full read ÷ fresh hit, SQLiteStore | {_spread(r.full_over_fresh_sqlite, '{:.1f}')} |",
+        *(
+            f"| client memory per revalidated read (tracemalloc peak), {kind}, MiB | {_spread(s)} |"
+            for kind, s in r.revalidated_peak_mib.items()
+        ),
+        f"| {_kb(r.big_stored_bytes)} fresh hit, MemoryStore, ms | {_spread(r.big_fresh_memory_ms)} |",
+        f"| {_kb(r.big_stored_bytes)} fresh hit, SQLiteStore, ms | {_spread(r.big_fresh_sqlite_ms)} |",
+        f"| {_kb(r.big_stored_bytes)} fresh hit, SQLite ÷ Memory | {_spread(r.big_sqlite_over_memory)} |",
+        *(f"| SQLiteStore load_many of {size}, ms | {_spread(s)} |" for size, s in r.sqlite_load_ms.items()),
+    ]
+
+
 async def run(only: str | None, quick: bool, profile: bool, errlog: TextIO) -> dict[str, Any]:
     info = {**machine(libraries=LIBRARIES), "mcpcache_source": mcpcache_source()}
     results: dict[str, Any] = {"machine": info}
@@ -1260,6 +1479,10 @@ async def run(only: str | None, quick: bool, profile: bool, errlog: TextIO) -> d
         integrity = await integrity_rows(quick, errlog)
         out += ["", *render_integrity(integrity)]
         results["integrity"] = asdict(integrity)
+    if only == "large":
+        large = await large_rows(quick, errlog)
+        out += ["", *render_large(large)]
+        results["large"] = asdict(large)
     if only in (None, "memory"):
         memory = memory_rows(quick)
         out += ["", *render_memory(memory)]
@@ -1273,8 +1496,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a tenth of the runs (smoke test)")
     parser.add_argument(
         "--only",
-        choices=("fresh", "reads", "memory", "integrity"),
-        help="run one part (integrity: only when asked for)",
+        choices=("fresh", "reads", "memory", "integrity", "large"),
+        help="run one part (integrity, large: only when asked for)",
     )
     parser.add_argument("--profile", action="store_true", help="print a cProfile of the fresh-hit path")
     parser.add_argument("--json", type=Path, help="also write the raw numbers here")

@@ -88,7 +88,7 @@ def bench(
     full: Annotated[
         bool,
         typer.Option(
-            "--full", metavar="", help="Every size (100 KB, 1 MB, 5 MB, 20 MB) over HTTP and stdio (about 12 min)."
+            "--full", metavar="", help="Every size (100 KB to 20 MB) over HTTP and stdio (about 20 min on 2 cores)."
         ),
     ] = False,
     quick: Annotated[

@@ -223,7 +223,7 @@ def _run_transport(
     started = time.monotonic()
     try:
         for config in configs:
-            work = args.out / "runs" / transport / config.key
+            work = args.out / ("runs-quick" if args.mode == "quick" else "runs") / transport / config.key
             shutil.rmtree(work, ignore_errors=True)
             work.mkdir(parents=True)
             for label in args.sizes:

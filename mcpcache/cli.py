@@ -116,6 +116,9 @@ def bench(
         tuple[Path, Path] | None,
         typer.Option("--compare", help="Print how two bench.json files differ, then stop.", metavar="OLD NEW"),
     ] = None,
+    extras: Annotated[
+        bool, typer.Option("--extras/--no-extras", help="By reference and the tag's cost alone.", hidden=True)
+    ] = True,
     report_only: Annotated[
         Path | None,
         typer.Option(
@@ -177,6 +180,7 @@ def bench(
         reads=reads if reads is not None else mode.reads,
         edit_every=edit_every if edit_every is not None else mode.edit_every,
         configs=configs,
+        extras=extras,
     )
     document = run_bench(args, console)
     report.render_table(document, console)

@@ -42,7 +42,7 @@ def bench_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("bench")
     tiny = _bench(
         "--full", "--sizes", "100KB", "--reads", "2", "--transport", "http", "--configs", "baseline,mcpcache",
-        "--out", str(out),
+        "--no-extras", "--out", str(out),
     )  # fmt: skip
     assert tiny.returncode == 0, tiny.stderr[-4000:] + tiny.stdout[-4000:]
     before = {name: _digest(out / name) for name in ("bench.json", "bench-http.png")}

@@ -75,6 +75,8 @@ class BenchArgs:
     edit_every: int
     configs: str | None
     seed: int = SEED
+    extras: bool = True
+    """The by-reference scenario and the tag's cost alone (a few seconds); the tests leave them out."""
 
 
 def result_stem(mode: str) -> str:
@@ -306,8 +308,8 @@ def run_bench(args: BenchArgs, console: Console) -> dict[str, Any]:
             raw.extend(_run_transport(transport, configs, args, notebooks, progress, task, rng, phases))
         progress.update(task, description="by reference, tag cost and tokens")
         extras_started = time.monotonic()
-        byref = anyio.run(_byref, mode.byref_runs, mode.byref_bytes)
-        answers = _answer_costs(notebooks, args.sizes)
+        byref = anyio.run(_byref, mode.byref_runs, mode.byref_bytes) if args.extras else None
+        answers = _answer_costs(notebooks, args.sizes) if args.extras else []
         phases["extras_s"] = time.monotonic() - extras_started
     document: dict[str, Any] = {
         "format": report.FORMAT,

@@ -59,7 +59,7 @@ CACHES: tuple[tuple[str, str, ViewKind], ...] = (
 )
 """(cache name, partition, client kind it wraps)."""
 
-ROUNDS = int(os.environ.get("MCPCACHE_CONCURRENT_ROUNDS", "16"))
+ROUNDS = int(os.environ.get("MCPCACHE_CONCURRENT_ROUNDS", "10"))
 """Seeded random runs per store (each `OPS` operations); lower it on slow CI machines."""
 OPS = 300
 STEPS = (0.001, 0.5, 1.0, TTL_S - 0.001, TTL_S, TTL_S + 0.5)

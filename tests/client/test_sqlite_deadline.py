@@ -26,7 +26,7 @@ from .lab import Lab, build_lab
 
 pytestmark = pytest.mark.anyio
 
-HOLD_S = 8.0
+HOLD_S = 5.0
 """How long the other process holds its transaction while calls go on."""
 MARGIN_S = 3.0
 

@@ -48,7 +48,7 @@ WORKER = HERE / "versioned_worker.py"
 TTL_MS = 200
 TTL_S = TTL_MS / 1000
 SLACK_S = 0.05
-SECONDS = 8.0
+SECONDS = 5.0
 WORKERS = (("one", "fastmcp"), ("two", "mcp"))
 
 

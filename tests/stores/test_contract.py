@@ -1092,19 +1092,19 @@ class TestAgainstAModel:
     in the logic they each reimplement (SQL, Lua) need fewer to show up.
     """
 
-    @settings(max_examples=500, deadline=None)
+    @settings(max_examples=300, deadline=None)
     @given(operations=_OPERATIONS, limits=_LIMITS)
     async def test_memory(self, operations: list[tuple[Any, ...]], limits: StoreLimits) -> None:
         await _agrees_with_the_model(memory_backend(), operations, limits)
 
-    @settings(max_examples=200, deadline=None)
+    @settings(max_examples=120, deadline=None)
     @given(operations=_OPERATIONS, limits=_LIMITS)
     async def test_sqlite(self, operations: list[tuple[Any, ...]], limits: StoreLimits) -> None:
         with tempfile.TemporaryDirectory() as scratch:
             await _agrees_with_the_model(sqlite_backend(Path(scratch) / "cache.db"), operations, limits)
 
     @pytest.mark.redis
-    @settings(max_examples=200, deadline=None)
+    @settings(max_examples=120, deadline=None)
     @given(operations=_OPERATIONS, limits=_LIMITS)
     async def test_redis(self, redis_url: str, operations: list[tuple[Any, ...]], limits: StoreLimits) -> None:
         # Redis keeps its own time: its sequences leave time out, and the model's clock stands still.

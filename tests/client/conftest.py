@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 from servers.twins import DATA_ENV
 from servers.twins import SCRIPT as TWINS_SCRIPT
+from stores.backends import Backend, memory_backend, redis_backend, sqlite_backend
 from support.transports import http_servers
 
 from mcpcache.client import ToolCache
-from mcpcache.stores import MemoryStore
+from mcpcache.stores import MemoryStore, Store
 
 from .harness import FakeClock
 
@@ -31,6 +33,22 @@ def store(clock: FakeClock) -> MemoryStore:
 @pytest.fixture
 def cache(store: MemoryStore, clock: FakeClock) -> ToolCache:
     return ToolCache(store, clock=clock)
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """Each of the three real stores in turn: memory, a SQLite file, the session's redis-server."""
+    if request.param == "memory":
+        return memory_backend()
+    if request.param == "sqlite":
+        return sqlite_backend(tmp_path / "cache.db")
+    return redis_backend(request.getfixturevalue("redis_url"))
+
+
+@pytest.fixture
+async def opened(backend: Backend) -> AsyncIterator[Store]:
+    async with backend.open() as store:
+        yield store
 
 
 @pytest.fixture(scope="session")

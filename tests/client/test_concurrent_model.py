@@ -30,13 +30,12 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import anyio
 import anyio.lowlevel
 import mcp_types as mt
 import pytest
-from stores.backends import Backend, FakeClock, memory_backend, redis_backend, sqlite_backend
+from stores.backends import Backend, FakeClock
 from support.transports import MODERN, ServerTarget
 
 from mcpcache.client import ToolCache
@@ -214,15 +213,6 @@ def report(name: str, run: Run, seconds: float, wrong: list[str]) -> None:
 
 
 # -- the store layouts --------------------------------------------------------------------------------
-
-
-@pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    if request.param == "memory":
-        return memory_backend()
-    if request.param == "sqlite":
-        return sqlite_backend(tmp_path / "cache.db")
-    return redis_backend(request.getfixturevalue("redis_url"))
 
 
 @contextlib.asynccontextmanager

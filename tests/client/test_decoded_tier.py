@@ -8,14 +8,13 @@ the tier holds the answer); and another writer's version is served, never the ti
 
 from __future__ import annotations
 
-import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import mcp_types as mt
 import pytest
-from stores.backends import BYTE_FLIP, Backend, FakeClock, memory_backend, redis_backend, sqlite_backend
+from stores.backends import BYTE_FLIP, Backend, FakeClock, clock_of, sqlite_backend
 from support.transports import MODERN, ServerTarget
 
 from mcpcache.client import ToolCache
@@ -35,25 +34,6 @@ pytestmark = pytest.mark.anyio
 K = {"key": "k"}
 SERVER_ID = "lab"
 FIRST = "k: first edition"
-
-
-@pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    if request.param == "memory":
-        return memory_backend()
-    if request.param == "sqlite":
-        return sqlite_backend(tmp_path / "cache.db")
-    return redis_backend(request.getfixturevalue("redis_url"))
-
-
-def clock_of(backend: Backend) -> FakeClock:
-    return backend.clock if backend.clock is not None else FakeClock(time.time())
-
-
-@pytest.fixture
-async def opened(backend: Backend) -> AsyncIterator[Store]:
-    async with backend.open() as store:
-        yield store
 
 
 def scribble(result: mt.CallToolResult) -> None:

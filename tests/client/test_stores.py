@@ -10,13 +10,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from stores.backends import Backend, FakeClock, memory_backend, redis_backend, sqlite_backend
+from stores.backends import Backend, clock_of, redis_backend, sqlite_backend
 from support.transports import MODERN, ServerTarget
 
 from mcpcache.client import ToolCache
@@ -29,25 +27,6 @@ pytestmark = pytest.mark.anyio
 
 K = {"key": "k"}
 PEER = Path(__file__).resolve().parent / "peer.py"
-
-
-@pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    if request.param == "memory":
-        return memory_backend()
-    if request.param == "sqlite":
-        return sqlite_backend(tmp_path / "cache.db")
-    return redis_backend(request.getfixturevalue("redis_url"))
-
-
-def clock_of(backend: Backend) -> FakeClock:
-    return backend.clock if backend.clock is not None else FakeClock(time.time())
-
-
-@pytest.fixture
-async def opened(backend: Backend) -> AsyncIterator[Store]:
-    async with backend.open() as store:
-        yield store
 
 
 async def test_the_main_flows(backend: Backend, opened: Store) -> None:

@@ -188,3 +188,8 @@ def redis_backend(url: str) -> Backend:
         raw_exists=raw_exists,
         spawn=("redis", url, namespace),
     )
+
+
+def clock_of(backend: Backend) -> FakeClock:
+    """The backend's injected clock, or one that starts now for a backend that keeps its own time (Redis)."""
+    return backend.clock if backend.clock is not None else FakeClock(time.time())

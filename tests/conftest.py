@@ -4,6 +4,9 @@ from collections.abc import Iterator
 
 import pytest
 from support.redis_server import RedisServer, redis_server_binary
+from support.sqlite_lock import hold
+
+__all__ = ["hold"]  # a fixture: another process holding a SQLite transaction (tests/support/sqlite_lock.py)
 
 
 @pytest.fixture

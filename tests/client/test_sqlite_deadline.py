@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from stores.backends import FakeClock
-from stores.test_sqlite_faults import Hold, Holder
+from support.sqlite_lock import Hold
 from support.transports import MODERN, ServerTarget
 
 from mcpcache.client import ToolCache
@@ -29,19 +28,6 @@ pytestmark = pytest.mark.anyio
 HOLD_S = 5.0
 """How long the other process holds its transaction while calls go on."""
 MARGIN_S = 3.0
-
-
-@pytest.fixture
-def hold() -> Iterator[Hold]:
-    holders: list[Holder] = []
-
-    def start(path: Path, mode: str) -> Holder:
-        holders.append(Holder(path, mode))
-        return holders[-1]
-
-    yield start
-    for holder in holders:
-        holder.kill()
 
 
 @pytest.mark.parametrize("mode", ["exclusive", "immediate", "read"])

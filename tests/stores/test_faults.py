@@ -7,8 +7,6 @@ error comes quickly and names its cause, that nothing is corrupted, and that the
 from __future__ import annotations
 
 import sqlite3
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -17,59 +15,26 @@ from pathlib import Path
 import pytest
 import redis.exceptions
 from support.redis_server import RedisServer
+from support.sqlite_lock import Holder
 
 from mcpcache.stores import Item, RedisStore, SQLiteBusyError, SQLiteStore, StoreLimits, Usage
 
 pytestmark = pytest.mark.anyio
 
-HOLD_EXCLUSIVE = """
-import sqlite3, sys
-conn = sqlite3.connect(sys.argv[1], isolation_level=None)
-conn.execute("BEGIN EXCLUSIVE")
-conn.execute("UPDATE items SET created_at = -1")  # uncommitted: must never be seen, and is rolled back
-print("locked", flush=True)
-sys.stdin.readline()
-conn.execute("ROLLBACK")
-conn.close()
-"""
+
+def LockHolder(path: Path) -> Holder:
+    """Another process holding the SQLite file's write lock (BEGIN EXCLUSIVE) until released."""
+    return Holder(path, "exclusive")
 
 
-class LockHolder:
-    """Another process holding the SQLite file's write lock until released."""
-
-    def __init__(self, path: Path) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", HOLD_EXCLUSIVE, str(path)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        assert line.strip() == "locked", self.process.stderr.read() if self.process.stderr else line
-
-    def release(self) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write("\n")
-        self.process.stdin.flush()
-        _, stderr = self.process.communicate(timeout=30)
-        assert self.process.returncode == 0, stderr
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.communicate(timeout=30)
-
-
-HoldLock = Callable[[Path], LockHolder]
+HoldLock = Callable[[Path], Holder]
 
 
 @pytest.fixture
 def lock_holder() -> Iterator[HoldLock]:
-    holders: list[LockHolder] = []
+    holders: list[Holder] = []
 
-    def hold(path: Path) -> LockHolder:
+    def hold(path: Path) -> Holder:
         holder = LockHolder(path)
         holders.append(holder)
         return holder

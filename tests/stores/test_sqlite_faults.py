@@ -12,14 +12,13 @@ import os
 import re
 import sqlite3
 import stat
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
 import pytest
+from support.sqlite_lock import Hold
 
 from mcpcache import paths
 from mcpcache.stores import Item, SQLiteBusyError, SQLiteStore, StoreLimits
@@ -28,71 +27,6 @@ from mcpcache.stores.sqlite import SCHEMA_VERSION, SQLiteWalFullError
 pytestmark = pytest.mark.anyio
 
 MiB = 1024 * 1024
-
-HOLD = """
-import sqlite3, sys
-path, mode = sys.argv[1], sys.argv[2]
-conn = sqlite3.connect(path, isolation_level=None)
-if mode == "read":
-    conn.execute("BEGIN")
-    conn.execute("SELECT count(*) FROM items").fetchall()  # the snapshot is taken: the log is pinned from here
-else:
-    conn.execute("BEGIN " + mode.upper())
-    conn.execute("UPDATE items SET created_at = -1")  # uncommitted: never seen, rolled back
-print("holding", flush=True)
-sys.stdin.readline()
-conn.execute("ROLLBACK")
-conn.close()
-"""
-
-
-class Holder:
-    """Another OS process holding a SQLite transaction on the file until released: "exclusive" or
-    "immediate" (the write lock) or "read" (a read transaction, which pins the write-ahead log)."""
-
-    def __init__(self, path: Path, mode: str) -> None:
-        self.mode = mode
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", HOLD, str(path), mode],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert self.process.stdout is not None
-        line = self.process.stdout.readline()
-        assert line.strip() == "holding", self.process.stderr.read() if self.process.stderr else line
-
-    def release(self) -> None:
-        if self.process.poll() is not None:
-            return
-        assert self.process.stdin is not None
-        self.process.stdin.write("\n")
-        self.process.stdin.flush()
-        _, stderr = self.process.communicate(timeout=30)
-        assert self.process.returncode == 0, stderr
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.communicate(timeout=30)
-
-
-Hold = Callable[[Path, str], Holder]
-
-
-@pytest.fixture
-def hold() -> Iterator[Hold]:
-    holders: list[Holder] = []
-
-    def start(path: Path, mode: str) -> Holder:
-        holder = Holder(path, mode)
-        holders.append(holder)
-        return holder
-
-    yield start
-    for holder in holders:
-        holder.kill()
 
 
 def aside_files(path: Path) -> list[Path]:

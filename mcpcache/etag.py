@@ -109,18 +109,37 @@ def content_tag(
     already sort in that order, so the document is fed to the hash piece by piece, which gives the same
     bytes as one sorted dump without building a second multi-megabyte buffer.
     """
+    return content_tag_sized(content, structured_content, meta, meta_key=meta_key)[0]
+
+
+def content_tag_sized(
+    content: Iterable[BaseModel | Mapping[str, Any]],
+    structured_content: Any,
+    meta: Mapping[str, Any] | None = None,
+    *,
+    meta_key: str = META_KEY,
+) -> tuple[str, int]:
+    """`content_tag`, and the length of the canonical bytes it hashed (what a server reports as the
+    size of an answer it did not have to send)."""
     digest = xxhash.xxh3_128()
-    digest.update(b'{"content":[')
+    size = 0
+
+    def feed(data: bytes) -> None:
+        nonlocal size
+        digest.update(data)
+        size += len(data)
+
+    feed(b'{"content":[')
     for index, block in enumerate(wire_content(content)):
         if index:
-            digest.update(b",")
-        digest.update(_dump(block))
-    digest.update(b'],"meta":')
-    digest.update(_dump(meta_without_block(meta, meta_key)))
-    digest.update(b',"structuredContent":')
-    digest.update(_dump(structured_content))
-    digest.update(b"}")
-    return format_tag(digest.hexdigest())
+            feed(b",")
+        feed(_dump(block))
+    feed(b'],"meta":')
+    feed(_dump(meta_without_block(meta, meta_key)))
+    feed(b',"structuredContent":')
+    feed(_dump(structured_content))
+    feed(b"}")
+    return format_tag(digest.hexdigest()), size
 
 
 def validator_tag(tool: str, arguments: Mapping[str, Any] | None, version: Any) -> str:
@@ -201,6 +220,12 @@ def exact_json(value: Any) -> bytes:
 def raw_tag(domain: bytes, value: Any) -> str:
     """The tag of a raw return value in `domain` (see `raw_domain`). Raises CanonicalizationError when
     the value has no exact JSON form."""
+    return raw_tag_sized(domain, value)[0]
+
+
+def raw_tag_sized(domain: bytes, value: Any) -> tuple[str, int]:
+    """`raw_tag`, and the length of the value's JSON bytes."""
+    data = exact_json(value)
     digest = xxhash.xxh3_128(domain)
-    digest.update(exact_json(value))
-    return format_tag(digest.hexdigest())
+    digest.update(data)
+    return format_tag(digest.hexdigest()), len(data)

@@ -1,7 +1,10 @@
 """Per-tool cache declarations: which tools a server stamps, and how.
 
-One registry serves both server adapters (FastMCP middleware, MCP SDK extension), keyed by the name
-the tool is called by. Tools that are not declared are left exactly as they were.
+A declaration has two forms. `CachePolicy` is the Python value both server adapters work from. The
+declaration block is its wire form, written into a tool's own `meta` (`cache_meta`) so that it sits
+where the tool is declared and shows in `tools/list` under the cache key (docs/server.md). A registry
+(`ToolPolicies`) holds declarations by the name the tool is called by, for the SDK adapter and for the
+FastMCP users who prefer one mapping. Tools that are not declared are left exactly as they were.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from mcpcache.protocol import MAX_TTL_MS, Scope
+from mcpcache.protocol import MAX_TTL_MS, META_KEY, Scope
 
 Validator = Callable[[Mapping[str, Any]], Any | Awaitable[Any]]
 """Called with the call's arguments; returns a JSON-able version of what the tool reads (sync or async)."""
@@ -50,12 +53,67 @@ class CachePolicy:
         if self.validator is not None and not self.etag:
             raise ValueError("a validator only serves tags; it makes no sense with etag=False")
 
+    def declaration_block(self) -> dict[str, Any]:
+        """The wire form of this declaration: what a tool's `meta` and its `tools/list` entry carry under
+        the cache key. The validator is code and stays on the server."""
+        block: dict[str, Any] = {"ttlMs": self.ttl_ms, "cacheScope": self.scope}
+        if self.kind is not None:
+            block["kind"] = self.kind
+        if not self.etag:
+            block["etag"] = False
+        return block
+
+
+class DeclarationError(ValueError):
+    """A declaration block in a tool's `meta` that cannot be read; the tool is left undeclared."""
+
+
+def policy_from_block(block: object) -> CachePolicy:
+    """The `CachePolicy` a declaration block states. Raises DeclarationError (one line, naming the field)
+    when it is not one: a declaration is the server author's own, so a typo is reported, never guessed."""
+    if not isinstance(block, Mapping):
+        raise DeclarationError(f"the declaration is a {type(block).__name__}, not an object")
+    unknown = sorted(str(key) for key in block if key not in _BLOCK_FIELDS)
+    if unknown:
+        raise DeclarationError(f"unknown field(s) {', '.join(unknown)} (known: {', '.join(_BLOCK_FIELDS)})")
+    etag = block.get("etag", True)
+    if etag not in (True, False):
+        raise DeclarationError(f"etag must be false (or absent), not {etag!r}")
+    try:
+        return CachePolicy(
+            ttl_ms=block.get("ttlMs", 0), scope=block.get("cacheScope", "private"), kind=block.get("kind"), etag=etag
+        )
+    except (TypeError, ValueError) as exc:
+        raise DeclarationError(str(exc)) from None
+
+
+_BLOCK_FIELDS = ("ttlMs", "cacheScope", "kind", "etag")
+
+
+def cache_meta(
+    *,
+    ttl_ms: int = 0,
+    scope: Scope = "private",
+    kind: str | None = None,
+    etag: bool = True,
+    meta_key: str = META_KEY,
+) -> dict[str, Any]:
+    """The tool `meta` that declares a tool cacheable, for `@mcp.tool(meta=cache_meta(ttl_ms=5000))`.
+
+    Checked now (a bad value raises here, at declaration time), and merged with other meta with `|`.
+    The validator, being code, is handed to the adapter instead (`install(..., validators={...})`).
+    """
+    return {meta_key: CachePolicy(ttl_ms=ttl_ms, scope=scope, kind=kind, etag=etag).declaration_block()}
+
 
 class ToolPolicies:
     """The declarations of one server, by tool name."""
 
     def __init__(self, policies: Mapping[str, CachePolicy] | None = None) -> None:
         self._by_name: dict[str, CachePolicy] = {}
+        # The functions `cacheable` registered, by declared name: a framework that registers the same
+        # function under another name (`@mcp.tool(name="read")`) can still be matched to its declaration.
+        self._functions: dict[str, Callable[..., Any]] = {}
         for name, policy in (policies or {}).items():
             self.declare(name, policy)
 
@@ -85,12 +143,25 @@ class ToolPolicies:
             if not tool_name:
                 raise TypeError("cannot tell the tool's name; pass name=")
             self.declare(tool_name, policy)
+            self._functions[tool_name] = fn
             return fn
 
         return register
 
     def get(self, name: str) -> CachePolicy | None:
         return self._by_name.get(name)
+
+    def for_function(self, fn: object) -> tuple[str, CachePolicy] | None:
+        """The declaration `cacheable` made for `fn` (its declared name and policy), if any."""
+        for name, registered in self._functions.items():
+            if registered is fn:
+                policy = self._by_name.get(name)
+                return None if policy is None else (name, policy)
+        return None
+
+    def registered_function(self, name: str) -> Callable[..., Any] | None:
+        """The function `cacheable` registered under `name`, if that is how it was declared."""
+        return self._functions.get(name)
 
     def __contains__(self, name: object) -> bool:
         return name in self._by_name

@@ -8,24 +8,28 @@ decision with a reason a person can read:
 - `decide_after_body`: given what the body answered and the tag of that answer, send it as it is
   (`SendAsIs`), send it with a cache block (`Stamp`), or answer not-modified (`AnswerNotModified`)?
 
-`Revalidator.call` is the driver: it runs the validator, the body and the hash, hands the results to the
-decisions, logs their reasons, and returns an `Outcome` telling the adapter what to send: the body's
-result untouched (`PassThrough`), the result with a cache block merged into its `_meta` (`Stamped`), or
-a not-modified reply (`NotModified`).
+`Revalidator.call` is the driver: it runs the validator (a synchronous one in a worker thread), the
+body and the hash, hands the results to the decisions, and returns an `Outcome` telling the adapter what
+to send: the body's result untouched (`PassThrough`), the result with a cache block merged into its
+`_meta` (`Stamped`), or a not-modified reply (`NotModified`). Each outcome is counted in the driver's
+`ServerStats`, set on the current OpenTelemetry span (`telemetry`), and its reason logged.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar, assert_never
 
+import anyio.to_thread
 from pydantic import BaseModel
 
-from mcpcache.etag import CanonicalizationError, content_tag, validator_tag, weak_equal
+from mcpcache.etag import CanonicalizationError, content_tag_sized, validator_tag, weak_equal
 from mcpcache.protocol import META_KEY, CacheBlock, NotModifiedReply, answer_kind, requested_etag
+from mcpcache.server import telemetry
 from mcpcache.server.policies import CachePolicy, ToolPolicies
 
 logger = logging.getLogger("mcpcache.server")
@@ -201,15 +205,20 @@ class BelowTagging:
     tag: str | None = None
     reply: NotModifiedReply | None = None
     reason: str = "no tag computed below the adapter"
+    size: int | None = None
+    """The length of the bytes `tag` was computed from, when the caller says."""
 
-    def decide(self, tag: str, structured_content: Any, *, is_error: bool = False) -> NotModifiedReply | None:
+    def decide(
+        self, tag: str, structured_content: Any, *, is_error: bool = False, size: int | None = None
+    ) -> NotModifiedReply | None:
         """`tag`: the answer's tag in the caller's domain; `structured_content`: the answer's, as it would
-        be sent (for the kind rule). Returns the reply to send instead of the answer, or None. An error
-        is never tagged nor answered not-modified."""
+        be sent (for the kind rule); `size`: the length of the hashed bytes, if known. Returns the reply
+        to send instead of the answer, or None. An error is never tagged nor answered not-modified."""
         if is_error:
             self.reason = "error results are never stamped"
             return None
         self.tag = tag
+        self.size = size
         answer = Answer(content=(), structured_content=structured_content, is_error=False)
         after = decide_after_body(self.tool, self.policy, self.requested, tag, answer, meta_key=self.meta_key)
         self.reason = after.reason
@@ -217,6 +226,14 @@ class BelowTagging:
             self.reply = after.reply
             return after.reply
         return None
+
+
+@dataclass(frozen=True)
+class NotAnAnswer:
+    """What `read_answer` returns for a result this layer must send as it is, with the reason why
+    (an input-required leg; an answer a mounted server's own mcpcache layer already stamped)."""
+
+    reason: str
 
 
 # What the adapter sends ---------------------------------------------------------------------------
@@ -241,14 +258,66 @@ class Stamped(Generic[R]):
 
 @dataclass(frozen=True)
 class NotModified:
-    """Send `reply` instead of the answer."""
+    """Send `reply` instead of the answer.
+
+    `body_ran`: False when a validator matched and the body never ran. `converted`: False when the tag
+    was computed below the adapter and the answer was never built. `size`: the length of the answer's
+    hashed form (what was not sent), when known.
+    """
 
     reply: NotModifiedReply
     body_ran: bool
     reason: str
+    converted: bool = True
+    size: int | None = None
 
 
 Outcome = PassThrough[R] | Stamped[R] | NotModified
+
+
+# Counters -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class ServerStats:
+    """What one server adapter did with the calls of its declared tools, since it was made.
+
+    Undeclared tools are not counted: they never reach mcpcache's logic. Every declared call counts in
+    exactly one of `stamped`, `not_modified`, `errors_passed` and `passed_through`.
+    """
+
+    stamped: int = 0
+    """Full answers sent with a cache block."""
+    not_modified: int = 0
+    """Not-modified replies sent, by whatever path (the three kinds below and after a hashed answer)."""
+    body_skipped: int = 0
+    """Of `not_modified`: a validator named the version, so the tool's body never ran."""
+    conversion_skipped: int = 0
+    """Of `not_modified`: the raw return value's tag matched, so the body ran but its answer was never
+    built (FastMCP only)."""
+    errors_passed: int = 0
+    """Error results sent as they were: never stamped, never not-modified."""
+    passed_through: int = 0
+    """Results sent untouched for another reason: not a tool answer (input required), or an answer a
+    mounted server's own mcpcache layer stamped."""
+    bytes_saved: int = 0
+    """The summed size of the answers not sent, where known: the canonical (or raw) bytes their tag was
+    computed from. Not-modified replies whose body never ran add nothing: their size is not known."""
+
+    def snapshot(self) -> ServerStats:
+        """A copy that later calls do not change."""
+        return replace(self)
+
+
+def _is_async_callable(fn: object) -> bool:
+    """A coroutine function, seen through `functools.partial` and callable objects, as FastMCP decides
+    whether a tool runs on the loop or in a worker thread."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return inspect.iscoroutinefunction(fn) or (callable(fn) and inspect.iscoroutinefunction(fn.__call__))
+
+
+# The driver ---------------------------------------------------------------------------------------
 
 
 class Revalidator:
@@ -257,6 +326,7 @@ class Revalidator:
     def __init__(self, policies: ToolPolicies, *, meta_key: str = META_KEY) -> None:
         self.policies = policies
         self.meta_key = meta_key
+        self.stats = ServerStats()
         # Tools that answered with structured content in this process, for adapters that cannot see the
         # tool's output schema before the body runs.
         self._structured_seen: dict[str, bool] = {}
@@ -264,12 +334,18 @@ class Revalidator:
         self._kind_seen: dict[str, str | None] = {}
 
     async def _version_tag(self, tool: str, policy: CachePolicy, arguments: Mapping[str, Any]) -> str | None:
-        if policy.validator is None:
+        validator = policy.validator
+        if validator is None:
             return None
         try:
-            version = policy.validator(arguments)
-            if inspect.isawaitable(version):
-                version = await version
+            if _is_async_callable(validator):
+                version = await validator(arguments)
+            else:
+                # A synchronous validator may read a file or a database: like FastMCP's synchronous
+                # tools, it runs in a worker thread so that it never blocks the event loop.
+                version = await anyio.to_thread.run_sync(validator, arguments)
+                if inspect.isawaitable(version):  # a plain function that returned a coroutine
+                    version = await version
         except Exception:
             logger.warning("tool %r: validator failed; the tag will come from the answer", tool, exc_info=True)
             return None
@@ -281,12 +357,46 @@ class Revalidator:
             logger.warning("tool %r: validator value has no canonical form (%s)", tool, exc)
             return None
 
-    def _answer_tag(self, tool: str, answer: Answer) -> str | None:
+    def _answer_tag(self, tool: str, answer: Answer) -> tuple[str | None, int | None]:
         try:
-            return content_tag(answer.content, answer.structured_content, answer.meta, meta_key=self.meta_key)
+            return content_tag_sized(answer.content, answer.structured_content, answer.meta, meta_key=self.meta_key)
         except CanonicalizationError as exc:
             logger.warning("tool %r: answer has no canonical form (%s); sent without a tag", tool, exc)
-            return None
+            return None, None
+
+    def _record(self, tool: str, outcome: Outcome[R], *, is_error: bool = False) -> Outcome[R]:
+        """Count the outcome, put it on the current span, and log its reason."""
+        stats = self.stats
+        kind: telemetry.Outcome
+        size: int | None = None
+        match outcome:
+            case Stamped():
+                stats.stamped += 1
+                kind = "stamped"
+            case NotModified(body_ran=body_ran, converted=converted, size=size):
+                stats.not_modified += 1
+                if not body_ran:
+                    stats.body_skipped += 1
+                    kind = "body_skipped"
+                elif not converted:
+                    stats.conversion_skipped += 1
+                    kind = "conversion_skipped"
+                else:
+                    kind = "not_modified"
+                if size is not None:
+                    stats.bytes_saved += size
+            case PassThrough():
+                if is_error:
+                    stats.errors_passed += 1
+                    kind = "error"
+                else:
+                    stats.passed_through += 1
+                    kind = "passed_through"
+            case _:
+                assert_never(outcome)
+        telemetry.annotate(tool, kind, size)
+        logger.debug("tool %r: %s: %s", tool, kind, outcome.reason)
+        return outcome
 
     async def call(
         self,
@@ -295,15 +405,21 @@ class Revalidator:
         arguments: Mapping[str, Any] | None,
         request_meta: object,
         run_body: Callable[[], Awaitable[R]],
-        read_answer: Callable[[R], Answer | None],
+        read_answer: Callable[[R], Answer | NotAnAnswer | None],
         has_structured_output: Callable[[], Awaitable[bool | None]] | None = None,
         memo_inside: bool = False,
         memo_outside: bool = False,
         run_body_tagged: Callable[[BelowTagging], Awaitable[R]] | None = None,
+        policy: CachePolicy | None = None,
     ) -> Outcome[R]:
-        """`run_body_tagged`: runs the body like `run_body`, and lets the layer below tag the answer from
+        """`policy`: the tool's declaration, when the adapter resolved it (FastMCP: from the tool's own
+        `meta` or its function); otherwise it is looked up by name in `policies`.
+
+        `run_body_tagged`: runs the body like `run_body`, and lets the layer below tag the answer from
         a cheaper exact form (see `BelowTagging`); used, when given, whenever the tag comes from the
         answer. The adapter passes it only when nothing between it and the tool changes the answer.
+
+        `read_answer` returns None or a `NotAnAnswer` for a result that is to be sent as it is.
 
         `memo_inside`/`memo_outside`: a response memo sits between this layer and the body, or above it.
 
@@ -311,7 +427,8 @@ class Revalidator:
         the validator is not used and the tag comes from what the memo answered. A memo outside would
         keep a not-modified reply and serve it to callers that sent no tag, so none is made.
         """
-        policy = self.policies.get(tool)
+        if policy is None:
+            policy = self.policies.get(tool)
         if policy is None:
             return PassThrough(await run_body(), "tool not declared")
         args = arguments or {}
@@ -326,12 +443,11 @@ class Revalidator:
         before = decide_before_body(
             tool, policy, requested, pre_tag, structured, own_kind=self._kind_seen.get(tool), meta_key=self.meta_key
         )
-        logger.debug("tool %r: %s", tool, before.reason)
         match before:
             case SkipBody(reply=reply, reason=reason):
-                return NotModified(reply, body_ran=False, reason=reason)
+                return self._record(tool, NotModified(reply, body_ran=False, reason=reason))
             case RunBody():
-                pass
+                logger.debug("tool %r: %s", tool, before.reason)
             case _:
                 assert_never(before)
 
@@ -339,26 +455,35 @@ class Revalidator:
         if run_body_tagged is not None and policy.etag and pre_tag is None:
             below = BelowTagging(tool, policy, requested, self.meta_key)
             result = await run_body_tagged(below)
-            logger.debug("tool %r: below the adapter: %s", tool, below.reason)
             if below.reply is not None:
-                return NotModified(below.reply, body_ran=True, reason=f"{below.reason} (answer not converted)")
+                reason = f"{below.reason} (answer not converted)"
+                return self._record(
+                    tool, NotModified(below.reply, body_ran=True, reason=reason, converted=False, size=below.size)
+                )
+            logger.debug("tool %r: below the adapter: %s", tool, below.reason)
         else:
             result = await run_body()
-        answer = read_answer(result)
-        if answer is not None and not answer.is_error:
+        read = read_answer(result)
+        if not isinstance(read, Answer):
+            why = read.reason if read is not None else "not a tool answer (e.g. input required)"
+            return self._record(tool, PassThrough(result, why))
+        answer = read
+        if not answer.is_error:
             self._structured_seen[tool] = answer.structured_content is not None
             self._kind_seen[tool] = answer_kind(answer.structured_content)
-        tag = pre_tag
-        if answer is not None and needs_content_tag(policy, pre_tag, answer):
-            tag = below.tag if below is not None and below.tag is not None else self._answer_tag(tool, answer)
+        tag, size = pre_tag, None
+        if needs_content_tag(policy, pre_tag, answer):
+            if below is not None and below.tag is not None:
+                tag, size = below.tag, below.size
+            else:
+                tag, size = self._answer_tag(tool, answer)
         after = decide_after_body(tool, policy, requested, tag, answer, meta_key=self.meta_key)
-        logger.debug("tool %r: %s", tool, after.reason)
         match after:
             case SendAsIs(reason=reason):
-                return PassThrough(result, reason)
+                return self._record(tool, PassThrough(result, reason), is_error=answer.is_error)
             case Stamp(block=block, reason=reason):
-                return Stamped(result, block, reason)
+                return self._record(tool, Stamped(result, block, reason))
             case AnswerNotModified(reply=reply, reason=reason):
-                return NotModified(reply, body_ran=True, reason=reason)
+                return self._record(tool, NotModified(reply, body_ran=True, reason=reason, size=size))
             case _:
                 assert_never(after)

@@ -32,32 +32,64 @@ answer, never to a guess.
 
 from __future__ import annotations
 
+import difflib
+import enum
 import inspect
-from collections.abc import Mapping
+import logging
+import sys
+from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib.metadata import version as package_version
 from typing import TYPE_CHECKING, Any, assert_never
+
+try:
+    import fastmcp as _fastmcp  # noqa: F401  # only to fail with a useful message when it is missing
+except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subprocess without FastMCP
+    if exc.name != "fastmcp":
+        raise
+    raise ModuleNotFoundError(
+        "mcpcache.server.fastmcp needs FastMCP, which is not installed: pip install 'mcpcache[fastmcp]'",
+        name="fastmcp",
+    ) from None
 
 import mcp_types as mt
 import pydantic_core
 from fastmcp.server.extensions import ServerExtension
 from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
-from fastmcp.server.middleware.caching import ResponseCachingMiddleware
+from fastmcp.server.providers.aggregate import AggregateProvider
 from fastmcp.server.transforms import GetToolNext, Transform
 from fastmcp.tools.base import Tool, ToolResult
 from fastmcp.tools.function_tool import FunctionTool
 from fastmcp.utilities.versions import VersionSpec
 
-from mcpcache.etag import CanonicalizationError, content_tag, raw_domain, raw_tag
+from mcpcache.etag import CanonicalizationError, content_tag_sized, raw_domain, raw_tag_sized
 from mcpcache.protocol import EXTENSION_ID, META_KEY, extension_settings, with_block
-from mcpcache.server.core import Answer, BelowTagging, NotModified, PassThrough, Revalidator, Stamped
-from mcpcache.server.policies import ToolPolicies
+from mcpcache.server.core import (
+    Answer,
+    BelowTagging,
+    NotAnAnswer,
+    NotModified,
+    PassThrough,
+    Revalidator,
+    ServerStats,
+    Stamped,
+)
+from mcpcache.server.policies import CachePolicy, DeclarationError, ToolPolicies, Validator, policy_from_block
 
 if TYPE_CHECKING:
     from fastmcp import FastMCP
 
-__all__ = ["RawTagTransform", "RevalidationCapability", "RevalidationMiddleware", "install", "raw_tag_domain"]
+__all__ = [
+    "RawTagTransform",
+    "RevalidationCapability",
+    "RevalidationMiddleware",
+    "ToolDeclarations",
+    "install",
+    "raw_tag_domain",
+]
+
+logger = logging.getLogger("mcpcache.server")
 
 FASTMCP_VERSION = package_version("fastmcp")
 _WRAP_KEY = "x-fastmcp-wrap-result"
@@ -76,8 +108,15 @@ _ANY_JSON: dict[Any, str] = {
 _SCALARS: dict[Any, type] = {str: str, int: int, float: float, bool: bool}
 
 
+_MEMO_MODULE = "fastmcp.server.middleware.caching"
+
+
 def _memo_covers(memo: Middleware, tool: str) -> bool:
-    if not isinstance(memo, ResponseCachingMiddleware):
+    # FastMCP's memo is looked up in sys.modules instead of imported: importing it pulls in its storage
+    # backends (about 440 modules, a quarter of a second), and if the module was never imported, no
+    # middleware in the chain can be one of its instances.
+    caching = sys.modules.get(_MEMO_MODULE)
+    if caching is None or not isinstance(memo, caching.ResponseCachingMiddleware):
         return False
     try:
         settings = memo._call_tool_settings
@@ -98,9 +137,9 @@ def memos_around(chain: list[Middleware], me: Middleware, tool: str) -> tuple[bo
     return inside, outside
 
 
-def _read_answer(result: ToolResult) -> Answer | None:
+def _read_answer(result: ToolResult) -> Answer | NotAnAnswer:
     if getattr(result, "input_required", None) is not None:
-        return None
+        return NotAnAnswer("not a tool answer (input required)")
     return Answer(
         content=result.content,
         structured_content=result.structured_content,
@@ -186,11 +225,11 @@ class RawTaggedTool(FunctionTool):
         if isinstance(raw_value, ToolResult):
             # Built by the tool itself: nothing is left to convert; its tag is the answer's (its _meta in).
             try:
-                tag = content_tag(raw_value.content, raw_value.structured_content, raw_value.meta)
+                tag, size = content_tag_sized(raw_value.content, raw_value.structured_content, raw_value.meta)
             except CanonicalizationError:
                 tagging.reason = "the tool's ToolResult has no canonical form"
                 return raw_value
-            reply = tagging.decide(tag, raw_value.structured_content, is_error=raw_value.is_error)
+            reply = tagging.decide(tag, raw_value.structured_content, is_error=raw_value.is_error, size=size)
         else:
             domain = raw_tag_domain(self)
             applies, structured = _sent_structured(self, self.return_type, raw_value)
@@ -198,11 +237,11 @@ class RawTaggedTool(FunctionTool):
                 tagging.reason = "the conversion of this return value cannot be named; the answer is hashed"
                 return super().convert_result(raw_value)
             try:
-                tag = raw_tag(domain, raw_value)
+                tag, size = raw_tag_sized(domain, raw_value)
             except CanonicalizationError as exc:
                 tagging.reason = f"the return value has no exact JSON form ({exc}); the answer is hashed"
                 return super().convert_result(raw_value)
-            reply = tagging.decide(tag, structured)
+            reply = tagging.decide(tag, structured, size=size)
         if reply is not None:
             return ToolResult(content=[], structured_content=reply.structured_content, meta=reply.meta)
         return raw_value if isinstance(raw_value, ToolResult) else super().convert_result(raw_value)
@@ -223,14 +262,18 @@ def raw_tagged(tool: FunctionTool) -> RawTaggedTool:
 class RawTagTransform(Transform):
     """Hands out declared plain function tools as `RawTaggedTool` copies; lists tools unchanged."""
 
-    def __init__(self, policies: ToolPolicies) -> None:
-        self.policies = policies
+    def __init__(self, declarations: ToolDeclarations | ToolPolicies) -> None:
+        if isinstance(declarations, ToolPolicies):
+            declarations = ToolDeclarations(declarations)
+        self.declarations = declarations
         self._copies: dict[str, tuple[Tool, RawTaggedTool]] = {}
 
     async def get_tool(self, name: str, call_next: GetToolNext, *, version: VersionSpec | None = None) -> Tool | None:
         tool = await call_next(name, version=version)
-        policy = self.policies.get(name)
-        if tool is None or policy is None or not policy.etag or type(tool) is not FunctionTool:
+        if tool is None or type(tool) is not FunctionTool:
+            return tool
+        policy = self.declarations.for_tool(tool)
+        if policy is None or not policy.etag:
             return tool
         cached = self._copies.get(name)
         if cached is not None and cached[0] is tool:
@@ -264,12 +307,257 @@ def inside_is_transparent(server: FastMCP, me: Middleware) -> bool:
     return all(type(ext).intercept_tool_call is ServerExtension.intercept_tool_call for ext in extensions.values())
 
 
-class RevalidationMiddleware(Middleware):
-    """Stamps `_meta[META_KEY]` on the answers of declared tools; answers not-modified to matching tags."""
+# Declarations --------------------------------------------------------------------------------------
 
-    def __init__(self, policies: ToolPolicies, *, meta_key: str = META_KEY) -> None:
+class _Unresolved(enum.Enum):
+    """Not known from the name alone: the tool object must be looked up."""
+
+    TOKEN = 0
+
+
+_UNRESOLVED = _Unresolved.TOKEN
+_MAX_NAMES_IN_WARNING = 12
+
+
+def _functions_of(tool: Tool) -> list[object]:
+    """The user functions behind a tool: a function tool's own, and those of the tools a transformed
+    tool (a `ToolTransform` rename) was made from."""
+    found: list[object] = []
+    current: Tool | None = tool
+    while current is not None and len(found) < 8:
+        fn = getattr(current, "fn", None)
+        if fn is not None:
+            found.append(fn)
+        parent = getattr(current, "parent_tool", None)
+        current = parent if isinstance(parent, Tool) else None
+    return found
+
+
+class ToolDeclarations:
+    """Which tools of one FastMCP server are cacheable, by the name they are called by.
+
+    A tool is declared, in this order of precedence:
+    1. by name, in the `ToolPolicies` registry (`install(mcp, {"read": CachePolicy(...)})`,
+       `policies.declare`, `@policies.cacheable(name=...)`);
+    2. in its own `meta`, under the cache key (`@mcp.tool(meta=cache_meta(ttl_ms=5000))`); a tool of a
+       mounted server carries its meta, and the block its own server lists, under the mounted name;
+    3. by its function, when `@policies.cacheable` registered that function under another name (the
+       tool was renamed: `@mcp.tool(name="read")` above `@policies.cacheable(...)`).
+    `validators` adds a validator, by the name the tool is called by, to whichever declaration applies.
+
+    What is resolved from a tool object is remembered by name, so a call does not look the tool up
+    again (a FastMCP lookup costs a few hundred microseconds). The memory is refreshed whenever the
+    server lists its tools or hands a tool out for a call.
+    """
+
+    def __init__(
+        self,
+        policies: ToolPolicies | None = None,
+        validators: Mapping[str, Validator] | None = None,
+        *,
+        meta_key: str = META_KEY,
+    ) -> None:
+        self.policies = policies if policies is not None else ToolPolicies()
+        self.validators = dict(validators or {})
+        for name, validator in self.validators.items():
+            if not callable(validator):
+                raise TypeError(f"the validator for {name!r} is not callable")
+        self.meta_key = meta_key
+        self._resolved: dict[str, CachePolicy | None] = {}
+        self._with_validator: dict[str, tuple[CachePolicy, CachePolicy | None]] = {}
+        self._matched: set[str] = set()
+        self._warned: set[str] = set()
+
+    # Resolution
+
+    def lookup(self, name: str) -> CachePolicy | _Unresolved | None:
+        """The declaration of the tool called `name`, None when it has none, or `_UNRESOLVED` when that
+        can only be told from the tool object (the caller then looks it up and calls `for_tool`)."""
+        policy = self.policies.get(name)
+        if policy is not None:
+            return self._validated(name, policy)
+        return self._resolved.get(name, _UNRESOLVED)
+
+    def for_tool(self, tool: Tool) -> CachePolicy | None:
+        """The declaration of `tool`, resolved from the tool object and remembered under its name."""
+        name = tool.name
+        policy = self.policies.get(name)
+        if policy is not None:
+            self._matched.add(name)
+        else:
+            policy = self._from_meta(tool)
+            if policy is None:
+                policy = self._from_function(tool)
+        if policy is not None:
+            policy = self._validated(name, policy)
+        elif name in self.validators:
+            self._warn_once(
+                f"validator:{name}",
+                "tool %r has a validator but no cache declaration; the validator is not used",
+                name,
+            )
+        self._resolved[name] = policy
+        return policy
+
+    def _from_meta(self, tool: Tool) -> CachePolicy | None:
+        meta = tool.meta
+        if not meta or self.meta_key not in meta:
+            return None
+        try:
+            return policy_from_block(meta[self.meta_key])
+        except DeclarationError as exc:
+            self._warn_once(
+                f"meta:{tool.name}",
+                "tool %r: the cache declaration in its meta cannot be read (%s); the tool is not cached",
+                tool.name,
+                exc,
+            )
+            return None
+
+    def _from_function(self, tool: Tool) -> CachePolicy | None:
+        for fn in _functions_of(tool):
+            found = self.policies.for_function(fn)
+            if found is not None:
+                declared_as, policy = found
+                self._matched.add(declared_as)
+                if declared_as != tool.name:
+                    logger.debug("tool %r: declared as %r (the same function)", tool.name, declared_as)
+                return policy
+        return None
+
+    def _validated(self, name: str, policy: CachePolicy) -> CachePolicy | None:
+        validator = self.validators.get(name)
+        if validator is None or policy.validator is validator:
+            return policy
+        cached = self._with_validator.get(name)
+        if cached is not None and cached[0] is policy:
+            return cached[1]
+        merged: CachePolicy | None
+        try:
+            merged = replace(policy, validator=validator)
+        except ValueError as exc:
+            self._warn_once(f"validator:{name}", "tool %r: the validator is not used (%s)", name, exc)
+            merged = policy
+        self._with_validator[name] = (policy, merged)
+        return merged
+
+    # Checking
+
+    def check(self, tools: Sequence[Tool], server_name: str) -> None:
+        """Warn, once per name, about every declaration and validator that matches none of `tools`."""
+        for tool in tools:
+            self.for_tool(tool)
+        names = sorted({tool.name for tool in tools})
+        for declared in self.policies:
+            if declared not in self._matched:
+                self._warn_unmatched("cache declaration", declared, names, server_name)
+        for declared in self.validators:
+            if declared not in names:
+                self._warn_unmatched("validator", declared, names, server_name)
+
+    def _warn_unmatched(self, what: str, declared: str, names: list[str], server_name: str) -> None:
+        close = difflib.get_close_matches(declared, names, n=1, cutoff=0.6)
+        close += [name for name in names if name.endswith(f"_{declared}") and name not in close]
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        listed = ", ".join(names[:_MAX_NAMES_IN_WARNING]) + (", ..." if len(names) > _MAX_NAMES_IN_WARNING else "")
+        self._warn_once(
+            f"unmatched:{what}:{declared}",
+            "%s %r matches no tool of server %r%s (its tools: %s). A tool renamed with @mcp.tool(name=...) "
+            "or mounted under a namespace is called by its new name; declare it under that name, or in "
+            "the tool's own meta (cache_meta).",
+            what,
+            declared,
+            server_name,
+            hint,
+            listed or "none",
+        )
+
+    def _warn_once(self, key: str, message: str, *args: object) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            logger.warning(message, *args)
+
+
+# Nested layers -------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Claim:
+    """Set by a middleware around its call for a declared tool. A mounted server's own mcpcache
+    middleware that handles the same call records the result it returns here, and the outer one then
+    sends that result as it is: one layer stamps, the one nearest the tool, which knows its validator
+    and can tag the raw value. (Without this, the outer layer would hash the inner one's not-modified
+    reply as if it were an answer.)"""
+
+    inner_result: object = None
+
+
+_CLAIM: ContextVar[_Claim | None] = ContextVar("mcpcache_fastmcp_claim", default=None)
+
+
+# The middleware ------------------------------------------------------------------------------------
+
+
+class RevalidationMiddleware(Middleware):
+    """Stamps `_meta[META_KEY]` on the answers of declared tools; answers not-modified to matching tags;
+    puts each declared tool's declaration block in its `tools/list` entry.
+
+    `stats` counts what it did (`ServerStats`).
+    """
+
+    def __init__(
+        self,
+        policies: ToolPolicies | Mapping[str, CachePolicy] | None = None,
+        *,
+        validators: Mapping[str, Validator] | None = None,
+        meta_key: str = META_KEY,
+    ) -> None:
+        if not isinstance(policies, ToolPolicies):
+            policies = ToolPolicies(policies)
+        self.declarations = ToolDeclarations(policies, validators, meta_key=meta_key)
         self.revalidator = Revalidator(policies, meta_key=meta_key)
         self.meta_key = meta_key
+        self._checked = False
+
+    @property
+    def stats(self) -> ServerStats:
+        """The counters of this middleware (live; `stats.snapshot()` for a copy)."""
+        return self.revalidator.stats
+
+    async def check_declarations(self, server: FastMCP) -> None:
+        """Warn about declarations that match no tool of `server` (done once, at its first `tools/list`).
+
+        The tools are listed below the server's own auth and visibility filters (a tool this caller may
+        not see is still a tool), through the public provider listing FastMCP's `list_tools` builds on.
+        """
+        self._checked = True
+        try:
+            tools = await AggregateProvider.list_tools(server)
+        except Exception:
+            logger.debug("could not list the tools of %r to check the cache declarations", server.name, exc_info=True)
+            return
+        self.declarations.check(tools, server.name)
+
+    async def on_list_tools(
+        self,
+        context: MiddlewareContext[mt.ListToolsRequest],
+        call_next: CallNext[mt.ListToolsRequest, Sequence[Tool]],
+    ) -> Sequence[Tool]:
+        tools = await call_next(context)
+        fctx = context.fastmcp_context
+        if not self._checked and fctx is not None:
+            await self.check_declarations(fctx.fastmcp)
+        listed: list[Tool] = []
+        for tool in tools:
+            policy = self.declarations.for_tool(tool)
+            meta = tool.meta or {}
+            block = policy.declaration_block() if policy is not None else None
+            if block is None or meta.get(self.meta_key) == block:
+                listed.append(tool)
+            else:
+                # A copy: the tool object itself is FastMCP's (and the user's) and must not change.
+                listed.append(tool.model_copy(update={"meta": {**meta, self.meta_key: block}}))
+        return listed
 
     async def on_call_tool(
         self,
@@ -277,12 +565,32 @@ class RevalidationMiddleware(Middleware):
         call_next: CallNext[mt.CallToolRequestParams, ToolResult],
     ) -> ToolResult:
         name = context.message.name
-        if name not in self.revalidator.policies:
+        fctx = context.fastmcp_context
+        found = self.declarations.lookup(name)
+        if found is _UNRESOLVED:
+            tool = await fctx.fastmcp.get_tool(name) if fctx is not None else None
+            found = self.declarations.for_tool(tool) if tool is not None else None
+        policy = found
+        if policy is None:
             return await call_next(context)
+        outer = _CLAIM.get()
+        result = await self._revalidate(name, policy, context, call_next)
+        if outer is not None:
+            outer.inner_result = result
+        return result
+
+    async def _revalidate(
+        self,
+        name: str,
+        policy: CachePolicy,
+        context: MiddlewareContext[mt.CallToolRequestParams],
+        call_next: CallNext[mt.CallToolRequestParams, ToolResult],
+    ) -> ToolResult:
         fctx = context.fastmcp_context
         # context.message.meta is rebuilt by FastMCP and never holds the wire _meta; the request's does.
         request_context = fctx.request_context if fctx is not None else None
         request_meta = request_context.meta if request_context is not None else None
+        claim = _Claim()
 
         async def has_structured_output() -> bool | None:
             if fctx is None:
@@ -293,23 +601,36 @@ class RevalidationMiddleware(Middleware):
         memo_inside, memo_outside = memos_around(fctx.fastmcp.middleware, self, name) if fctx else (False, False)
         raw_ok = fctx is not None and not memo_inside and inside_is_transparent(fctx.fastmcp, self)
 
-        async def run_body_tagged(tagging: BelowTagging) -> ToolResult:
-            token = _BELOW.set(_Handoff(tagging))
+        async def run_body() -> ToolResult:
+            token = _CLAIM.set(claim)
             try:
                 return await call_next(context)
             finally:
+                _CLAIM.reset(token)
+
+        async def run_body_tagged(tagging: BelowTagging) -> ToolResult:
+            token = _BELOW.set(_Handoff(tagging))
+            try:
+                return await run_body()
+            finally:
                 _BELOW.reset(token)
+
+        def read_answer(result: ToolResult) -> Answer | NotAnAnswer:
+            if claim.inner_result is not None and claim.inner_result is result:
+                return NotAnAnswer("answered by the mcpcache middleware of the mounted server that defines the tool")
+            return _read_answer(result)
 
         outcome = await self.revalidator.call(
             tool=name,
             arguments=context.message.arguments,
             request_meta=request_meta,
-            run_body=lambda: call_next(context),
-            read_answer=_read_answer,
+            run_body=run_body,
+            read_answer=read_answer,
             has_structured_output=has_structured_output,
             memo_inside=memo_inside,
             memo_outside=memo_outside,
             run_body_tagged=run_body_tagged if raw_ok else None,
+            policy=policy,
         )
         match outcome:
             case PassThrough(result=result):
@@ -338,18 +659,23 @@ class RevalidationCapability(ServerExtension):
 
 def install(
     server: FastMCP,
-    policies: ToolPolicies | Mapping[str, Any],
+    policies: ToolPolicies | Mapping[str, CachePolicy] | None = None,
     *,
+    validators: Mapping[str, Validator] | None = None,
     meta_key: str = META_KEY,
     raw_tags: bool = True,
 ) -> RevalidationMiddleware:
     """Add the middleware as the outermost one, the raw-value tag transform, and advertise the extension.
-    Returns the middleware. `raw_tags=False` leaves the transform out (every tag is then a content tag)."""
-    if not isinstance(policies, ToolPolicies):
-        policies = ToolPolicies(policies)
-    middleware = RevalidationMiddleware(policies, meta_key=meta_key)
+
+    Tools declare themselves in their own meta (`@mcp.tool(meta=cache_meta(ttl_ms=5000))`); `policies`
+    declares tools by name instead (or as well; a name declared there wins over the tool's meta), and
+    `validators` gives tools, by name, the function that names the version of what they read.
+    Returns the middleware (its `stats` count what it did). `raw_tags=False` leaves the transform out
+    (every tag is then a content tag).
+    """
+    middleware = RevalidationMiddleware(policies, validators=validators, meta_key=meta_key)
     server.middleware.insert(0, middleware)
     if raw_tags:
-        server.add_transform(RawTagTransform(policies))
+        server.add_transform(RawTagTransform(middleware.declarations))
     server.add_extension(RevalidationCapability(meta_key))
     return middleware

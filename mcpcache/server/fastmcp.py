@@ -32,14 +32,13 @@ answer, never to a guess.
 
 from __future__ import annotations
 
-import difflib
-import enum
+import functools
 import inspect
 import logging
 import sys
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from importlib.metadata import version as package_version
 from typing import TYPE_CHECKING, Any, assert_never
 
@@ -91,7 +90,14 @@ __all__ = [
 
 logger = logging.getLogger("mcpcache.server")
 
-FASTMCP_VERSION = package_version("fastmcp")
+
+
+@functools.cache
+def _fastmcp_version() -> str:
+    # Read on first use: importlib.metadata costs about ten milliseconds at import time.
+    return package_version("fastmcp")
+
+
 _WRAP_KEY = "x-fastmcp-wrap-result"
 
 # Return annotations whose pydantic serializer writes a value of exact JSON types unchanged (FastMCP reads
@@ -151,12 +157,15 @@ def _read_answer(result: ToolResult) -> Answer | NotAnAnswer:
 # Raw-value tags ------------------------------------------------------------------------------------
 
 
-@dataclass
 class _Handoff:
     """What the middleware hands the tool for one call (through `_BELOW`); used once."""
 
-    tagging: BelowTagging
-    used: bool = False
+    # A plain class: a dataclass costs about a millisecond at import, and this one needs none of it.
+    __slots__ = ("tagging", "used")
+
+    def __init__(self, tagging: BelowTagging) -> None:
+        self.tagging = tagging
+        self.used = False
 
 
 _BELOW: ContextVar[_Handoff | None] = ContextVar("mcpcache_fastmcp_below", default=None)
@@ -187,7 +196,7 @@ def raw_tag_domain(tool: Tool) -> bytes | None:
         return raw_domain(
             tool=tool.name,
             framework="fastmcp",
-            frameworkVersion=FASTMCP_VERSION,
+            frameworkVersion=_fastmcp_version(),
             serializer=f"pydantic-core {pydantic_core.__version__}",
             returnAnnotation=annotation,
             outputSchema=tool.output_schema,
@@ -213,43 +222,62 @@ def _sent_structured(tool: Tool, annotation: Any, value: Any) -> tuple[bool, Any
     return False, None  # a schema FastMCP may reject or mark; let it
 
 
-class RawTaggedTool(FunctionTool):
-    """A declared function tool whose return value is tagged before FastMCP converts it."""
-
-    def convert_result(self, raw_value: Any) -> ToolResult:
-        handoff = _BELOW.get()
-        if handoff is None or handoff.used or handoff.tagging.tool != self.name:
-            return super().convert_result(raw_value)
-        handoff.used = True
-        tagging = handoff.tagging
-        if isinstance(raw_value, ToolResult):
-            # Built by the tool itself: nothing is left to convert; its tag is the answer's (its _meta in).
-            try:
-                tag, size = content_tag_sized(raw_value.content, raw_value.structured_content, raw_value.meta)
-            except CanonicalizationError:
-                tagging.reason = "the tool's ToolResult has no canonical form"
-                return raw_value
-            reply = tagging.decide(tag, raw_value.structured_content, is_error=raw_value.is_error, size=size)
-        else:
-            domain = raw_tag_domain(self)
-            applies, structured = _sent_structured(self, self.return_type, raw_value)
-            if domain is None or not applies:
-                tagging.reason = "the conversion of this return value cannot be named; the answer is hashed"
-                return super().convert_result(raw_value)
-            try:
-                tag, size = raw_tag_sized(domain, raw_value)
-            except CanonicalizationError as exc:
-                tagging.reason = f"the return value has no exact JSON form ({exc}); the answer is hashed"
-                return super().convert_result(raw_value)
-            reply = tagging.decide(tag, structured, size=size)
-        if reply is not None:
-            return ToolResult(content=[], structured_content=reply.structured_content, meta=reply.meta)
-        return raw_value if isinstance(raw_value, ToolResult) else super().convert_result(raw_value)
+def _raw_tagged_result(tool: FunctionTool, raw_value: Any) -> ToolResult:
+    """`RawTaggedTool.convert_result`: tag the raw value, and answer not-modified on a match."""
+    handoff = _BELOW.get()
+    if handoff is None or handoff.used or handoff.tagging.tool != tool.name:
+        return FunctionTool.convert_result(tool, raw_value)
+    handoff.used = True
+    tagging = handoff.tagging
+    if isinstance(raw_value, ToolResult):
+        # Built by the tool itself: nothing is left to convert; its tag is the answer's (its _meta in).
+        try:
+            tag, size = content_tag_sized(raw_value.content, raw_value.structured_content, raw_value.meta)
+        except CanonicalizationError:
+            tagging.reason = "the tool's ToolResult has no canonical form"
+            return raw_value
+        reply = tagging.decide(tag, raw_value.structured_content, is_error=raw_value.is_error, size=size)
+    else:
+        domain = raw_tag_domain(tool)
+        applies, structured = _sent_structured(tool, tool.return_type, raw_value)
+        if domain is None or not applies:
+            tagging.reason = "the conversion of this return value cannot be named; the answer is hashed"
+            return FunctionTool.convert_result(tool, raw_value)
+        try:
+            tag, size = raw_tag_sized(domain, raw_value)
+        except CanonicalizationError as exc:
+            tagging.reason = f"the return value has no exact JSON form ({exc}); the answer is hashed"
+            return FunctionTool.convert_result(tool, raw_value)
+        reply = tagging.decide(tag, structured, size=size)
+    if reply is not None:
+        return ToolResult(content=[], structured_content=reply.structured_content, meta=reply.meta)
+    return raw_value if isinstance(raw_value, ToolResult) else FunctionTool.convert_result(tool, raw_value)
 
 
-def raw_tagged(tool: FunctionTool) -> RawTaggedTool:
+@functools.cache
+def _raw_tagged_class() -> type[FunctionTool]:
+    # Made on first use: subclassing a pydantic model builds its schema, which would cost every importer
+    # of this module a few milliseconds whether or not a tool is ever tagged raw.
+    class RawTaggedTool(FunctionTool):
+        """A declared function tool whose return value is tagged before FastMCP converts it."""
+
+        def convert_result(self, raw_value: Any) -> ToolResult:
+            return _raw_tagged_result(self, raw_value)
+
+    RawTaggedTool.__module__ = __name__
+    return RawTaggedTool
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RawTaggedTool":
+        return _raw_tagged_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def raw_tagged(tool: FunctionTool) -> FunctionTool:
     """A copy of `tool` (fields and private state, as `model_copy` makes one) as a `RawTaggedTool`."""
-    copy = RawTaggedTool.__new__(RawTaggedTool)
+    kind = _raw_tagged_class()
+    copy = kind.__new__(kind)
     object.__setattr__(copy, "__dict__", dict(tool.__dict__))
     object.__setattr__(copy, "__pydantic_fields_set__", set(tool.__pydantic_fields_set__))
     extra = tool.__pydantic_extra__
@@ -266,7 +294,7 @@ class RawTagTransform(Transform):
         if isinstance(declarations, ToolPolicies):
             declarations = ToolDeclarations(declarations)
         self.declarations = declarations
-        self._copies: dict[str, tuple[Tool, RawTaggedTool]] = {}
+        self._copies: dict[str, tuple[Tool, FunctionTool]] = {}
 
     async def get_tool(self, name: str, call_next: GetToolNext, *, version: VersionSpec | None = None) -> Tool | None:
         tool = await call_next(name, version=version)
@@ -309,13 +337,13 @@ def inside_is_transparent(server: FastMCP, me: Middleware) -> bool:
 
 # Declarations --------------------------------------------------------------------------------------
 
-class _Unresolved(enum.Enum):
-    """Not known from the name alone: the tool object must be looked up."""
+class _Unresolved:
+    """Not known from the name alone: the tool object must be looked up (one instance, `_UNRESOLVED`)."""
 
-    TOKEN = 0
+    __slots__ = ()
 
 
-_UNRESOLVED = _Unresolved.TOKEN
+_UNRESOLVED = _Unresolved()
 _MAX_NAMES_IN_WARNING = 12
 
 
@@ -456,6 +484,8 @@ class ToolDeclarations:
                 self._warn_unmatched("validator", declared, names, server_name)
 
     def _warn_unmatched(self, what: str, declared: str, names: list[str], server_name: str) -> None:
+        import difflib  # only when there is something to warn about
+
         close = difflib.get_close_matches(declared, names, n=1, cutoff=0.6)
         close += [name for name in names if name.endswith(f"_{declared}") and name not in close]
         hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -481,7 +511,6 @@ class ToolDeclarations:
 # Nested layers -------------------------------------------------------------------------------------
 
 
-@dataclass
 class _Claim:
     """Set by a middleware around its call for a declared tool. A mounted server's own mcpcache
     middleware that handles the same call records the result it returns here, and the outer one then
@@ -489,7 +518,10 @@ class _Claim:
     and can tag the raw value. (Without this, the outer layer would hash the inner one's not-modified
     reply as if it were an answer.)"""
 
-    inner_result: object = None
+    __slots__ = ("inner_result",)
+
+    def __init__(self) -> None:
+        self.inner_result: object = None
 
 
 _CLAIM: ContextVar[_Claim | None] = ContextVar("mcpcache_fastmcp_claim", default=None)
@@ -567,7 +599,7 @@ class RevalidationMiddleware(Middleware):
         name = context.message.name
         fctx = context.fastmcp_context
         found = self.declarations.lookup(name)
-        if found is _UNRESOLVED:
+        if isinstance(found, _Unresolved):
             tool = await fctx.fastmcp.get_tool(name) if fctx is not None else None
             found = self.declarations.for_tool(tool) if tool is not None else None
         policy = found

@@ -5,6 +5,9 @@ The extension's `tools/call` interceptor sits at the handler layer, so it sees t
 also advertises `EXTENSION_ID` through the SDK's own capability mechanism.
 
     mcp = MCPServer("nb", extensions=[RevalidationExtension(policies)])
+
+The SDK gives an extension no view of the server's tools (neither their `meta` nor `tools/list`), so
+declarations are by name only, and `tools/list` is not annotated (docs/server.md).
 """
 
 from __future__ import annotations
@@ -17,15 +20,15 @@ from mcp.server.extension import Extension
 from mcp_types import CallToolRequestParams, CallToolResult
 
 from mcpcache.protocol import EXTENSION_ID, META_KEY, extension_settings, with_block
-from mcpcache.server.core import Answer, NotModified, PassThrough, Revalidator, Stamped
+from mcpcache.server.core import Answer, NotAnAnswer, NotModified, PassThrough, Revalidator, ServerStats, Stamped
 from mcpcache.server.policies import ToolPolicies
 
 __all__ = ["RevalidationExtension"]
 
 
-def _read_answer(result: HandlerResult) -> Answer | None:
+def _read_answer(result: HandlerResult) -> Answer | NotAnAnswer:
     if not isinstance(result, CallToolResult):
-        return None
+        return NotAnAnswer("not a tool answer (e.g. input required)")
     return Answer(
         content=result.content,
         structured_content=result.structured_content,
@@ -42,6 +45,11 @@ class RevalidationExtension(Extension):
             policies = ToolPolicies(policies)
         self.revalidator = Revalidator(policies, meta_key=meta_key)
         self.meta_key = meta_key
+
+    @property
+    def stats(self) -> ServerStats:
+        """The counters of this extension (live; `stats.snapshot()` for a copy)."""
+        return self.revalidator.stats
 
     def settings(self) -> dict[str, Any]:
         return extension_settings(self.meta_key)

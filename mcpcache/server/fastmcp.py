@@ -91,7 +91,6 @@ __all__ = [
 logger = logging.getLogger("mcpcache.server")
 
 
-
 @functools.cache
 def _fastmcp_version() -> str:
     # Read on first use: importlib.metadata costs about ten milliseconds at import time.
@@ -336,6 +335,7 @@ def inside_is_transparent(server: FastMCP, me: Middleware) -> bool:
 
 
 # Declarations --------------------------------------------------------------------------------------
+
 
 class _Unresolved:
     """Not known from the name alone: the tool object must be looked up (one instance, `_UNRESOLVED`)."""

@@ -283,7 +283,8 @@ class ServerStats:
     """What one server adapter did with the calls of its declared tools, since it was made.
 
     Undeclared tools are not counted: they never reach mcpcache's logic. Every declared call counts in
-    exactly one of `stamped`, `not_modified`, `errors_passed` and `passed_through`.
+    exactly one of `stamped`, `not_modified`, `errors_passed` and `passed_through` (a call cancelled
+    while the body runs counts in none).
     """
 
     stamped: int = 0
@@ -296,7 +297,7 @@ class ServerStats:
     """Of `not_modified`: the raw return value's tag matched, so the body ran but its answer was never
     built (FastMCP only)."""
     errors_passed: int = 0
-    """Error results sent as they were: never stamped, never not-modified."""
+    """Error results sent as they were, and tools that raised: never stamped, never not-modified."""
     passed_through: int = 0
     """Results sent untouched for another reason: not a tool answer (input required), or an answer a
     mounted server's own mcpcache layer stamped."""
@@ -363,6 +364,11 @@ class Revalidator:
         except CanonicalizationError as exc:
             logger.warning("tool %r: answer has no canonical form (%s); sent without a tag", tool, exc)
             return None, None
+
+    def _record_error(self, tool: str, reason: str) -> None:
+        self.stats.errors_passed += 1
+        telemetry.annotate(tool, "error")
+        logger.debug("tool %r: error: %s", tool, reason)
 
     def _record(self, tool: str, outcome: Outcome[R], *, is_error: bool = False) -> Outcome[R]:
         """Count the outcome, put it on the current span, and log its reason."""
@@ -452,17 +458,24 @@ class Revalidator:
                 assert_never(before)
 
         below: BelowTagging | None = None
-        if run_body_tagged is not None and policy.etag and pre_tag is None:
-            below = BelowTagging(tool, policy, requested, self.meta_key)
-            result = await run_body_tagged(below)
+        try:
+            if run_body_tagged is not None and policy.etag and pre_tag is None:
+                below = BelowTagging(tool, policy, requested, self.meta_key)
+                result = await run_body_tagged(below)
+            else:
+                result = await run_body()
+        except Exception:
+            # A framework that turns a raising tool into an error result above this layer (FastMCP)
+            # shows the error here as an exception; it passes through all the same.
+            self._record_error(tool, "the tool raised; the error passes through")
+            raise
+        if below is not None:
             if below.reply is not None:
                 reason = f"{below.reason} (answer not converted)"
                 return self._record(
                     tool, NotModified(below.reply, body_ran=True, reason=reason, converted=False, size=below.size)
                 )
             logger.debug("tool %r: below the adapter: %s", tool, below.reason)
-        else:
-            result = await run_body()
         read = read_answer(result)
         if not isinstance(read, Answer):
             why = read.reason if read is not None else "not a tool answer (e.g. input required)"

@@ -215,6 +215,28 @@ async def test_a_renamed_tool_keeps_its_cacheable_declaration(caplog: pytest.Log
     assert warnings_of(caplog) == []
 
 
+async def test_a_tool_renamed_by_a_transform_keeps_its_cacheable_declaration() -> None:
+    """A `ToolTransform` rename makes a new tool whose `parent_tool` is the declared function's."""
+    from fastmcp.server.transforms.tool_transform import ToolTransform
+    from fastmcp.tools.tool_transform import ToolTransformConfig
+
+    policies = ToolPolicies()
+    mcp = FastMCP("transformed")
+
+    @mcp.tool
+    @policies.cacheable(ttl_ms=5000)
+    def read_file(key: str) -> dict[str, Any]:
+        return {"key": key}
+
+    mcp.add_transform(ToolTransform({"read_file": ToolTransformConfig(name="read")}))
+    install(mcp, policies)
+    async with connect(mcp) as client:
+        listed = await listed_blocks(client)
+        _, not_modified = await revalidates(client, "read", {"key": "a"})
+    assert listed == {"read": {"ttlMs": 5000, "cacheScope": "private"}}
+    assert not_modified
+
+
 async def test_declarations_that_match_no_tool_warn_at_the_first_listing(caplog: pytest.LogCaptureFixture) -> None:
     mcp = FastMCP("typos")
 

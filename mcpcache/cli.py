@@ -279,9 +279,7 @@ def check(
     import anyio
     from rich.console import Console
 
-    from mcpcache.check.probe import CheckOptions, Target, check_server, parse_arguments
     from mcpcache.check.render import render, to_json
-    from mcpcache.check.selection import ToolCall
 
     if client:
         if url or command or tool or mutate:
@@ -294,6 +292,9 @@ def check(
             _check_usage("--http and --calls go with --client")
         if bool(url) == bool(command):
             _check_usage("give a server: --url http://host/mcp, or -- followed by the command that starts it")
+        from mcpcache.check.probe import CheckOptions, Target, check_server, parse_arguments
+        from mcpcache.check.selection import ToolCall
+
         try:
             tools, mutations = _paired_calls(ctx.meta.get(_CHECK_ARGV, []), parse_arguments)
         except ValueError as exc:
@@ -309,7 +310,11 @@ def check(
         try:
             report = anyio.run(check_server, target, options)
         except Exception as exc:  # the server could not be reached or spoke no MCP: one line, no traceback
-            print(f"mcpcache check: could not check {target.label}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            cause: BaseException = exc
+            while isinstance(cause, BaseExceptionGroup) and len(cause.exceptions) == 1:
+                cause = cause.exceptions[0]  # anyio's task groups wrap the one failure that matters
+            why = " ".join(f"{type(cause).__name__}: {cause}".split())
+            print(f"mcpcache check: could not check {target.label}: {why}", file=sys.stderr)
             raise typer.Exit(1) from None
     if out is not None:
         out.write_text(to_json(report))

@@ -3,6 +3,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from support.jupyter import JupyterStack, jupyter_stack_in
 from support.redis_server import RedisServer, redis_server_binary
 from support.sqlite_lock import hold
 
@@ -32,3 +33,11 @@ def own_redis_server() -> Iterator[RedisServer]:
     """A redis-server of the test's own, so killing it cannot disturb the session's shared one."""
     with RedisServer(redis_server_binary()) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def jupyter_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterStack]:
+    """The real `jupyter server` and `jupyter-mcp-server` (tests/support/jupyter.py), once per session:
+    a.ipynb enrolled as "default", no kernel. Only modules that skip without the interop extra use it."""
+    with jupyter_stack_in(tmp_path_factory.mktemp("jupyter")) as stack:
+        yield stack

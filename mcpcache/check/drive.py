@@ -17,7 +17,7 @@ from typing import Any
 import mcp_types as mt
 from mcp import ClientSession
 
-from mcpcache.check.probe import RawResult
+from mcpcache.check.wire import RawResult
 
 Direct = Callable[[str, dict[str, Any]], Awaitable[Mapping[str, Any]]]
 Through = Callable[[str, str, dict[str, Any]], Awaitable[Mapping[str, Any]]]

@@ -20,18 +20,13 @@ import mcp
 import mcp_types as mt
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from pydantic import RootModel
 
 from mcpcache.bench.wire import CountingTransport, WireLog
 from mcpcache.check.core import Report, Subject, judge_all
 from mcpcache.check.selection import ToolCall, invalid_arguments, select
 from mcpcache.check.server_rules import PROBES, SERVER_SCENARIOS, SKIP, Exchange, Probe, ToolObservations
-from mcpcache.check.wire import block_dict, short
+from mcpcache.check.wire import RawResult, block_dict, short
 from mcpcache.protocol import META_KEY
-
-
-class RawResult(RootModel[dict[str, Any]]):
-    """Keeps a result's JSON as it arrived, after the SDK's own check that it is a result of that method."""
 
 
 Era = Literal["auto", "legacy"]

@@ -28,7 +28,6 @@ from mcpcache.check.server_rules import PROBES, SERVER_SCENARIOS, SKIP, Exchange
 from mcpcache.check.wire import RawResult, block_dict, short
 from mcpcache.protocol import META_KEY
 
-
 Era = Literal["auto", "legacy"]
 
 

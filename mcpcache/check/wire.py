@@ -18,10 +18,10 @@ SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
 """Added to every result's `_meta` by the MCP SDK on protocol 2026-07-28, after the tool has answered:
 it describes the server, not the answer, so no tag covers it (docs/protocol.md, The entity tag)."""
 
+
 class RawResult(RootModel[dict[str, Any]]):
     """A result type for `session.send_request` that keeps the JSON as it arrived (after the SDK's own
     check that it is a result of the method it answers)."""
-
 
 
 def meta_of(result: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -276,6 +276,8 @@ def check(
 
     Exit status 0: conforms; 1: a required scenario failed (or nothing could be checked); 2: usage error.
     """
+    import os
+
     import anyio
     from rich.console import Console
 
@@ -323,7 +325,9 @@ def check(
     if as_json:
         print(to_json(report), file=stream, flush=True)
     else:
-        render(report, Console(file=stream, width=None if stream.isatty() else 140))
+        # Piped or captured, rich would assume 80 columns; the tables are laid out for 120.
+        wide = stream.isatty() or "COLUMNS" in os.environ
+        render(report, Console(file=stream) if wide else Console(file=stream, width=120))
     raise typer.Exit(0 if report.ok else 1)
 
 

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
-from support.jupyter import JupyterStack, jupyter_stack_in
 from support.redis_server import RedisServer, redis_server_binary
 from support.sqlite_lock import hold
+
+if TYPE_CHECKING:
+    from support.jupyter import JupyterStack
 
 __all__ = ["hold"]  # a fixture: another process holding a SQLite transaction (tests/support/sqlite_lock.py)
 
@@ -39,5 +42,7 @@ def own_redis_server() -> Iterator[RedisServer]:
 def jupyter_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterStack]:
     """The real `jupyter server` and `jupyter-mcp-server` (tests/support/jupyter.py), once per session:
     a.ipynb enrolled as "default", no kernel. Only modules that skip without the interop extra use it."""
+    from support.jupyter import jupyter_stack_in  # nbformat and the rest only for the sessions that use it
+
     with jupyter_stack_in(tmp_path_factory.mktemp("jupyter")) as stack:
         yield stack

@@ -10,6 +10,7 @@ not applicable, naming them.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,8 +26,6 @@ class ToolCall:
     arguments: Mapping[str, Any] | None = None
 
     def describe(self) -> str:
-        import json
-
         return f"{self.name}({json.dumps(dict(self.arguments or {}), sort_keys=True)})"
 
 

@@ -468,7 +468,7 @@ def judge_mutation(obs: ToolObservations) -> Judged:
         return Judged.broken(f"the call after the mutation failed: {(obs.get('after') or Exchange(None, None)).error}")
     changed = differences(before, after, obs.meta_key)
     if not changed:
-        return Judged.not_applicable(f"{'; '.join(obs.mutations)} did not change this answer")
+        return Judged.not_applicable(f"the mutating calls ({'; '.join(obs.mutations)}) did not change this answer")
     if meta_only_differences(before, after, obs.meta_key):
         return Judged.not_applicable("only _meta changed; see the `_meta` row")
     problems = []

@@ -175,3 +175,18 @@ def _start_listening(command: list[str], port: int) -> subprocess.Popen[bytes]:
             raise RuntimeError(f"mcpcache check --client --http {port} did not listen")
         time.sleep(0.05)
     return process
+
+
+async def test_the_scripted_server_refuses_reports_out_of_order_and_counts_calls() -> None:
+    check = ClientCheck()
+    async with mcp.Client(InMemoryTransport(build_scripted_server(check, calls=3))) as client:
+        direct = raw_caller(client.session)
+        refused = await direct("report", {"key": "revalidate", "step": 2, "skipped": True})
+        assert refused["isError"] is True
+        assert "out of order" in refused["content"][0]["text"]
+        unknown = await direct("read", {"key": "no such script"})
+        assert unknown["isError"] is True
+        assert not check.finished.is_set()
+        await direct("script", {})
+        assert check.finished.is_set(), "--calls 3: the third call ends the check"
+    assert check.records["revalidate"][0].reported is False

@@ -455,7 +455,10 @@ class ToolDeclarations:
                 raise TypeError(f"the validator for {name!r} is not callable")
         self.meta_key = meta_key
         self._resolved: dict[str, CachePolicy | None] = {}
-        self._with_validator: dict[str, tuple[CachePolicy, CachePolicy | None]] = {}
+        self._with_validator: dict[str, tuple[CachePolicy, CachePolicy]] = {}
+        # The policy read from each tool's meta block, kept with the block it was read from: the same
+        # block object comes back on every call, and is parsed once.
+        self._parsed: dict[str, tuple[object, CachePolicy | None]] = {}
         self._matched: set[str] = set()
         self._warned: set[str] = set()
 
@@ -494,8 +497,13 @@ class ToolDeclarations:
         meta = tool.meta
         if not meta or self.meta_key not in meta:
             return None
+        block = meta[self.meta_key]
+        cached = self._parsed.get(tool.name)
+        if cached is not None and cached[0] is block:
+            return cached[1]
+        policy: CachePolicy | None
         try:
-            return policy_from_block(meta[self.meta_key])
+            policy = policy_from_block(block)
         except DeclarationError as exc:
             self._warn_once(
                 f"meta:{tool.name}",
@@ -503,7 +511,9 @@ class ToolDeclarations:
                 tool.name,
                 exc,
             )
-            return None
+            policy = None
+        self._parsed[tool.name] = (block, policy)
+        return policy
 
     def _from_function(self, tool: Tool) -> CachePolicy | None:
         for fn in _functions_of(tool):
@@ -516,14 +526,13 @@ class ToolDeclarations:
                 return policy
         return None
 
-    def _validated(self, name: str, policy: CachePolicy) -> CachePolicy | None:
+    def _validated(self, name: str, policy: CachePolicy) -> CachePolicy:
         validator = self.validators.get(name)
         if validator is None or policy.validator is validator:
             return policy
         cached = self._with_validator.get(name)
         if cached is not None and cached[0] is policy:
             return cached[1]
-        merged: CachePolicy | None
         try:
             merged = replace(policy, validator=validator)
         except ValueError as exc:

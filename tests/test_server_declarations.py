@@ -215,6 +215,30 @@ async def test_a_renamed_tool_keeps_its_cacheable_declaration(caplog: pytest.Log
     assert warnings_of(caplog) == []
 
 
+async def test_a_renamed_tool_stays_declared_behind_fastmcps_response_memo() -> None:
+    """The memo lists plain `Tool` copies, which no longer carry the function; the match made from the
+    tool itself holds."""
+    from fastmcp.server.middleware.caching import ResponseCachingMiddleware
+
+    policies = ToolPolicies()
+    mcp = FastMCP("memo")
+
+    @mcp.tool(name="read")
+    @policies.cacheable(ttl_ms=5000)
+    def read_file(key: str) -> dict[str, Any]:
+        return {"key": key}
+
+    mcp.add_middleware(ResponseCachingMiddleware())
+    install(mcp, policies)
+    async with connect(mcp) as client:
+        first = await call_raw(client, "read", {"key": "a"})
+        listed = [await listed_blocks(client) for _ in range(2)]  # the second listing is the memo's
+        again = await call_raw(client, "read", {"key": "b"})
+    assert block_of(first) is not None
+    assert listed == [{"read": {"ttlMs": 5000, "cacheScope": "private"}}] * 2
+    assert block_of(again) is not None
+
+
 async def test_a_tool_renamed_by_a_transform_keeps_its_cacheable_declaration() -> None:
     """A `ToolTransform` rename makes a new tool whose `parent_tool` is the declared function's."""
     from fastmcp.server.transforms.tool_transform import ToolTransform

@@ -460,6 +460,7 @@ class ToolDeclarations:
         # block object comes back on every call, and is parsed once.
         self._parsed: dict[str, tuple[object, CachePolicy | None]] = {}
         self._matched: set[str] = set()
+        self._renamed: dict[str, str] = {}  # tool name -> the name its function was declared under
         self._warned: set[str] = set()
 
     # Resolution
@@ -522,9 +523,12 @@ class ToolDeclarations:
                 declared_as, policy = found
                 self._matched.add(declared_as)
                 if declared_as != tool.name:
+                    self._renamed[tool.name] = declared_as
                     logger.debug("tool %r: declared as %r (the same function)", tool.name, declared_as)
                 return policy
-        return None
+        # A copy that lost its function (FastMCP's response memo lists plain `Tool`s) keeps the match.
+        alias = self._renamed.get(tool.name)
+        return self.policies.get(alias) if alias is not None else None
 
     def _validated(self, name: str, policy: CachePolicy) -> CachePolicy:
         validator = self.validators.get(name)

@@ -1,6 +1,13 @@
 """FastMCP adapter: a middleware that stamps declared tools and answers not-modified, and a transform
 that lets a declared tool tag its raw return value before FastMCP converts it.
 
+Declarations (docs/server.md). A tool declares itself in its own `meta` (`cache_meta`), or by name in a
+`ToolPolicies` registry; `ToolDeclarations` resolves which applies to a tool object, including tools
+renamed above their declared function and tools of mounted servers, remembers it by name so that a
+call costs no extra tool lookup, and warns about names that match no tool. The middleware puts each
+declared tool's block in its `tools/list` entry. When a mounted server runs its own middleware, the
+layer nearest the tool stamps and the outer one passes its answer through (`_Claim`).
+
 Place it before (outside) `ResponseCachingMiddleware`: the memo then still saves the server's work, and
 this middleware still turns a memo hit into a not-modified reply. `install` puts it first in the chain
 and advertises the extension. The middleware also looks at where memos sit on every call and stays

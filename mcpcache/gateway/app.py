@@ -21,7 +21,7 @@ from fastmcp import Client, FastMCP
 from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
 from fastmcp.server.auth import TokenVerifier
 from fastmcp.server.dependencies import get_context
-from fastmcp.server.providers.proxy import ProxyClient, ProxyMetadataMiddleware, ProxyProvider
+from fastmcp.server.providers.proxy import ProxyClient, ProxyProvider
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpcache.client.wrappers import stdio_server_id, url_server_id
@@ -191,14 +191,12 @@ def assemble_gateway(
     config: GatewayConfig, upstreams: Sequence[Upstream], *, store: Store | None, auth: TokenVerifier | None
 ) -> FastMCP[Any]:
     """The gateway over upstreams already reachable (`build_gateway` makes them from the configuration)."""
-    server: FastMCP[Any] = FastMCP(config.gateway.name, auth=auth)
+    # The gateway answers discovery itself (FastMCP's ProxyMetadataMiddleware would ask the upstream during
+    # every caller's handshake, so a slow or down upstream would fail callers' connections).
+    server: FastMCP[Any] = FastMCP(config.gateway.name, instructions=config.gateway.instructions, auth=auth)
     routes: dict[str, Route] = {}
     for upstream in upstreams:
-        provider = ProxyProvider(upstream.client_factory)
-        server.add_provider(provider, namespace=upstream.settings.namespace or "")
-        if len(upstreams) == 1:
-            # One upstream: its instructions and metadata reach callers as they would through FastMCP's proxy.
-            server.middleware.append(ProxyMetadataMiddleware(provider))
+        server.add_provider(ProxyProvider(upstream.client_factory), namespace=upstream.settings.namespace or "")
         for tool, tool_settings in upstream.settings.tools.items():
             public = upstream.settings.public_name(tool)
             routes[public] = Route(public, upstream.name, tool, upstream.server_id, tool_settings, upstream.era)

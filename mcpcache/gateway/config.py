@@ -221,6 +221,8 @@ class ServeSettings(_Strict):
     """0: any free port (the one chosen is printed)."""
     path: str = "/mcp"
     name: str = "mcpcache-gateway"
+    instructions: str | None = None
+    """What the gateway tells callers' models about itself (upstreams' own instructions are not forwarded)."""
     meta_key: str = META_KEY
 
     @field_validator("path")

@@ -191,6 +191,8 @@ def assemble_gateway(
     config: GatewayConfig, upstreams: Sequence[Upstream], *, store: Store | None, auth: TokenVerifier | None
 ) -> FastMCP[Any]:
     """The gateway over upstreams already reachable (`build_gateway` makes them from the configuration)."""
+    for _, why in config.clashes():
+        raise ValueError(why)
     # The gateway answers discovery itself (FastMCP's ProxyMetadataMiddleware would ask the upstream during
     # every caller's handshake, so a slow or down upstream would fail callers' connections).
     server: FastMCP[Any] = FastMCP(config.gateway.name, instructions=config.gateway.instructions, auth=auth)

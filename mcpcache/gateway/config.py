@@ -249,19 +249,18 @@ class GatewayConfig(_Strict):
                 raise ValueError(f"upstream name {name!r}: use letters, digits, '_', '.' or '-'")
         return value
 
-    @model_validator(mode="after")
-    def _distinct_names(self) -> GatewayConfig:
+    def clashes(self) -> list[tuple[tuple[str, ...], str]]:
+        """Declared tools that two upstreams would both offer under one name: (where, why) for each."""
         seen: dict[str, str] = {}
+        found: list[tuple[tuple[str, ...], str]] = []
         for upstream_name, upstream in self.upstreams.items():
             for tool in upstream.tools:
                 public = upstream.public_name(tool)
                 if public in seen:
-                    raise ValueError(
-                        f"tool {public!r} is declared by upstreams {seen[public]!r} and {upstream_name!r}; "
-                        "give one of them a namespace"
-                    )
-                seen[public] = upstream_name
-        return self
+                    why = f"tool {public!r} is also declared by upstream {seen[public]!r}; give one of them a namespace"
+                    found.append((("upstreams", upstream_name, "tools", tool), why))
+                seen.setdefault(public, upstream_name)
+        return found
 
 
 # Reading a file ---------------------------------------------------------------------------------
@@ -287,10 +286,13 @@ def parse_config(text: str, source: str = "gateway.toml", environ: Mapping[str, 
     try:
         config = GatewayConfig.model_validate(data)
     except ValidationError as exc:
-        lines = TomlLines(text)
-        problems = [_describe(error, lines, source) for error in exc.errors()]
+        problems = [_describe(error, TomlLines(text), source) for error in exc.errors()]
         raise ConfigError("\n".join(problems)) from None
-    _check_environment(config, TomlLines(text), source, os.environ if environ is None else environ)
+    lines = TomlLines(text)
+    clashes = [_at(lines, source, where, why) for where, why in config.clashes()]
+    if clashes:
+        raise ConfigError("\n".join(clashes))
+    _check_environment(config, lines, source, os.environ if environ is None else environ)
     return config
 
 

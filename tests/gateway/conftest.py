@@ -15,20 +15,24 @@ from fastmcp import FastMCP
 from fastmcp.server.providers.proxy import ProxyClient
 
 from mcpcache.bench.common import free_port, stop_process, wait_until_listening
-from mcpcache.demo.notebooks import generate_notebook
+from mcpcache.demo.notebooks import generate_notebook, generate_notebook_of_size
 from mcpcache.gateway.app import Upstream, assemble_gateway
 from mcpcache.gateway.config import GatewayConfig, ToolSettings, UpstreamSettings
 from mcpcache.stores.base import Store
 
 NOTEBOOK = "nb.ipynb"
+BIG_NOTEBOOK = "big.ipynb"
+"""About 600 KB on disk: its answer (text and structuredContent) is over 1 MiB, more than one SSE event may
+carry by the MCP SDK's default bound."""
 COUNTING_SERVER = Path(__file__).with_name("counting_server.py")
 
 
 @pytest.fixture(scope="session")
 def notebook_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder with one 8-cell notebook, for the demo server."""
+    """A folder with an 8-cell notebook and a big one, for the demo server."""
     folder = tmp_path_factory.mktemp("notebooks")
     generate_notebook(folder / NOTEBOOK, 8, seed=11)
+    generate_notebook_of_size(folder / BIG_NOTEBOOK, 600_000, seed=12)
     return folder
 
 

@@ -20,7 +20,7 @@ from mcpcache.gateway.config import quick_config
 from mcpcache.protocol import META_KEY
 from mcpcache.stores import MemoryStore
 
-from .conftest import NOTEBOOK, Cluster, demo_command
+from .conftest import BIG_NOTEBOOK, NOTEBOOK, Cluster, demo_command
 from .test_gateway import block_of
 
 ARGS = {"path": NOTEBOOK}
@@ -55,19 +55,21 @@ async def test_an_mcpcache_client_revalidates_through_the_gateway_in_a_few_hundr
     cluster: Cluster, era: Era
 ) -> None:
     # ttl 0: every reuse is revalidated, so the second read is a conditional call through the gateway.
+    # The answer is over 1 MiB: one server-sent event from the HTTP upstream, which the gateway must take.
     gateway = build_gateway(quick_config(url=cluster.demo, command=None, tools=["read_notebook=0"]))
     log = WireLog()
     cache = ToolCache(MemoryStore())
+    big = {"path": BIG_NOTEBOOK}
     async with stock_client("mcp", ServerTarget.memory(gateway.server), era, log=log) as client:
         cached = cache.wrap(client, server_id="gateway")
-        first = await cached.call("read_notebook", ARGS)
+        first = await cached.call("read_notebook", big)
         mark = log.mark()
-        second = await cached.call("read_notebook", ARGS)
+        second = await cached.call("read_notebook", big)
     request, reply = log.exchange("tools/call", since=mark)
     _, full_reply = log.exchange("tools/call")
 
     assert (first.outcome.status, second.outcome.status) == ("miss", "revalidated")
     assert second.result.structured_content == first.result.structured_content
-    assert full_reply.nbytes > 100_000
+    assert full_reply.nbytes > 1024 * 1024
     # The request (the tag, and on 2026-07-28 the client's per-request metadata) and the reply, together.
     assert request.nbytes + reply.nbytes <= 800, (request.nbytes, reply.nbytes)

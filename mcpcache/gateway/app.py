@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import orjson
 from fastmcp import Client, FastMCP
 from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
@@ -96,8 +97,12 @@ def upstream_of(name: str, settings: UpstreamSettings, environ: Mapping[str, str
             server_id += f"|headers:{digest}"
         if settings.forward_headers:
             server_id += "|forwarded-caller-headers"
-        # No bound on one server-sent event: a multi-megabyte answer is one event.
-        http = StreamableHttpTransport(settings.url, headers=headers, max_sse_event_size=None)
+        # No bound on one server-sent event: a multi-megabyte answer is one event. One TLS context for every
+        # call: each call opens a new upstream session, and building a context (loading the CA bundle) for
+        # each cost more than the rest of a call's overhead together.
+        http = StreamableHttpTransport(
+            settings.url, headers=headers, verify=httpx2.create_ssl_context(), max_sse_event_size=None
+        )
         base: ProxyClient[Any] = ProxyClient(http, forward_incoming_headers=settings.forward_headers)
 
         def http_factory() -> Client[Any]:

@@ -21,6 +21,8 @@ from support.transports import CLIENT_KINDS, ERAS, ClientKind, Era, ServerTarget
 from mcpcache.demo.server import build_demo_server
 from mcpcache.gateway.config import ToolSettings
 from mcpcache.protocol import META_KEY
+from mcpcache.server import CachePolicy
+from mcpcache.server.fastmcp import install
 from mcpcache.stores import MemoryStore
 
 from .conftest import NOTEBOOK, gateway_over
@@ -152,3 +154,57 @@ async def test_an_error_is_never_stamped(notebook_dir: Path) -> None:
         missing = await client.call_tool_mcp("read_notebook", {"path": "missing.ipynb"})
     assert missing.is_error
     assert META_KEY not in (missing.meta or {})
+
+
+def stamping_upstream(ran: list[str]) -> fastmcp.FastMCP[Any]:
+    """A server using mcpcache whose `catalog` is public, ttl 0, with a validator: a matching conditional
+    call is answered not-modified without running the body."""
+    server: fastmcp.FastMCP[Any] = fastmcp.FastMCP("stamping")
+
+    @server.tool
+    def catalog(section: str) -> dict[str, Any]:
+        ran.append(section)
+        return {"kind": "catalog", "section": section, "items": list(range(50))}
+
+    install(server, {"catalog": CachePolicy(ttl_ms=0, scope="public", validator=lambda arguments: "v1")})
+    return server
+
+
+@pytest.mark.anyio
+async def test_the_store_revalidates_with_an_upstream_that_stamps_without_running_it_again() -> None:
+    ran: list[str] = []
+    upstream = stamping_upstream(ran)
+    spy = RequestMetaSpy()
+    upstream.middleware.insert(0, spy)
+    gateway = gateway_over(upstream, {"catalog": ToolSettings(scope="public")}, store=MemoryStore())
+    async with fastmcp.Client(gateway) as client:
+        first = await client.call_tool_mcp("catalog", {"section": "a"})
+        second = await client.call_tool_mcp("catalog", {"section": "a"})
+
+    # ttl 0 from the upstream: the second read revalidated the stored copy with the upstream's own tag,
+    # which the upstream confirmed without running the tool; the caller got the whole stored answer.
+    assert ran == ["a"]
+    tag = block_of(first)["etag"]
+    assert (spy.seen[1] or {})[META_KEY] == {"etag": tag}
+    assert second.structured_content == first.structured_content
+    assert block_of(second) == {"ttlMs": 0, "cacheScope": "public", "etag": tag}
+
+
+@pytest.mark.anyio
+async def test_an_answer_the_upstream_narrows_to_private_is_not_kept_for_anonymous_callers(
+    notebook_dir: Path,
+) -> None:
+    # Declared public, but the upstream (the demo with mcpcache) says private: private wins, and an
+    # anonymous caller's private answer is handed back without being kept.
+    store = MemoryStore()
+    upstream = build_demo_server(notebook_dir, validator=True)
+    spy = RequestMetaSpy()
+    upstream.middleware.insert(0, spy)
+    gateway = gateway_over(upstream, {"read_notebook": ToolSettings(scope="public")}, store=store)
+    async with fastmcp.Client(gateway) as client:
+        answers = [await client.call_tool_mcp("read_notebook", ARGS) for _ in range(2)]
+
+    assert len(spy.seen) == 2, "each read reached the upstream"
+    assert all(block_of(a)["cacheScope"] == "private" for a in answers)
+    assert answers[0].structured_content == answers[1].structured_content
+    assert (await store.usage()).items == 0

@@ -13,7 +13,7 @@ by the same client wrapped in mcpcache's `ToolCache` (a MemoryStore):
 Every configuration keeps one connected client; each round reads once in every configuration, in a
 shuffled order, after one warm-up read each. Bytes are counted at the client's transport
 (mcpcache.bench.wire: JSON-RPC message bytes, HTTP framing not counted); time is the client's wall time
-per read. Ratios are taken per round against the stock client direct, then summarised (median, and the
+per read. Ratios ("vs direct") are taken per round against the stock client direct, then summarised (median, and the
 25th-75th percentile spread). The redis-server and the three HTTP servers are started here on free
 loopback ports and stopped by PID.
 
@@ -174,9 +174,7 @@ def main() -> None:
     args = parser.parse_args()
     document = anyio.run(run, args)
     print(f"read_notebook of a {args.size} notebook over streamable HTTP on 127.0.0.1, {args.rounds} rounds\n")
-    print(
-        "| configuration | median ms | p95 ms | bytes per read | time vs stock direct | bytes vs stock direct | outcomes |"
-    )
+    print("| configuration | median ms | p95 ms | bytes per read | time vs direct | bytes vs direct | outcomes |")
     print("|---|---:|---:|---:|---|---|---|")
     for row in document["rows"]:
         print(

@@ -30,6 +30,7 @@ from typing import Any, assert_never
 
 import mcp_types as mt
 from cachetools import LRUCache
+from fastmcp.server.auth import AccessToken
 from fastmcp.server.dependencies import FastMCPRequestContext, fastmcp_request_ctx, get_access_token
 from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.tools.base import RawStructuredToolResult, ToolResult
@@ -67,7 +68,7 @@ from mcpcache.server.core import (
 from mcpcache.server.policies import CachePolicy
 from mcpcache.stores.base import Store
 
-__all__ = ["GatewayMiddleware", "PartitionCaches", "current_principal"]
+__all__ = ["GatewayMiddleware", "PartitionCaches", "current_principal", "principal_of"]
 
 logger = logging.getLogger("mcpcache.gateway")
 
@@ -114,11 +115,8 @@ class PartitionCaches:
         return cache
 
 
-def current_principal() -> Principal | None:
-    """The caller as the gateway's own auth verified it; None when there is no verified token."""
-    token = get_access_token()
-    if token is None:
-        return None
+def principal_of(token: AccessToken) -> Principal:
+    """What a verifier vouched for in an access token (FastMCP's `StaticTokenVerifier`, `JWTVerifier`...)."""
     issuer = token.claims.get("iss") if isinstance(token.claims, Mapping) else None
     return Principal(
         token=token.token,
@@ -127,6 +125,12 @@ def current_principal() -> Principal | None:
         issuer=issuer if isinstance(issuer, str) else None,
         scopes=tuple(token.scopes),
     )
+
+
+def current_principal() -> Principal | None:
+    """The caller as the gateway's own auth verified it; None when there is no verified token."""
+    token = get_access_token()
+    return None if token is None else principal_of(token)
 
 
 def _read_answer(result: ToolResult) -> Answer | None:

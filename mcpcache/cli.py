@@ -54,7 +54,6 @@ def demo_server(
     ] = False,
 ) -> None:
     """Serve a folder of Jupyter notebooks with mcpcache (stdio by default)."""
-    from mcpcache.demo.notebooks import generate_notebook
     from mcpcache.demo.server import build_demo_server
 
     if not directory.is_dir():
@@ -64,6 +63,9 @@ def demo_server(
     if generate is not None:
         if generate < 1:
             raise typer.BadParameter("must be at least 1", param_hint="--generate")
+        # Only here: nbformat's schema validation costs seconds of start-up that serving never needs.
+        from mcpcache.demo.notebooks import generate_notebook
+
         written = generate_notebook(directory / f"demo-{generate}.ipynb", generate, seed=seed)
         _say(f"mcpcache: wrote {written} ({written.stat().st_size:,} bytes, {generate} cells)")
     if not 0 <= ttl_ms <= 86_400_000:

@@ -2,29 +2,35 @@
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import uvicorn
 from fastmcp import FastMCP
 from fastmcp.server.providers.proxy import ProxyClient
 
 from mcpcache.bench.common import free_port, stop_process, wait_until_listening
 from mcpcache.demo.notebooks import generate_notebook, generate_notebook_of_size
+from mcpcache.demo.server import build_demo_server
 from mcpcache.gateway.app import Upstream, assemble_gateway
 from mcpcache.gateway.config import GatewayConfig, ToolSettings, UpstreamSettings
 from mcpcache.stores.base import Store
+
+from .counting_server import build_counting_server
 
 NOTEBOOK = "nb.ipynb"
 BIG_NOTEBOOK = "big.ipynb"
 """About 600 KB on disk: its answer (text and structuredContent) is over 1 MiB, more than one SSE event may
 carry by the MCP SDK's default bound."""
-COUNTING_SERVER = Path(__file__).with_name("counting_server.py")
 
 
 @pytest.fixture(scope="session")
@@ -88,10 +94,32 @@ scope = "public"
     return path
 
 
+@contextlib.contextmanager
+def served_in_thread(server: FastMCP[Any]) -> Iterator[str]:
+    """`server` over streamable HTTP on a free loopback port, run by uvicorn in a thread of this process
+    (a real HTTP server, without the seconds a process of its own spends importing FastMCP)."""
+    port = free_port()
+    config = uvicorn.Config(server.http_app(path="/mcp"), host="127.0.0.1", port=port, log_level="warning")
+    runner = uvicorn.Server(config)
+    thread = threading.Thread(target=runner.run, name=f"upstream-{port}", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not runner.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"the upstream on port {port} did not start")
+            time.sleep(0.02)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        runner.should_exit = True
+        thread.join(timeout=30)
+
+
 @dataclass(frozen=True)
 class Cluster:
     demo: str
-    """The demo server without mcpcache, over streamable HTTP."""
+    """The demo server without mcpcache (`build_demo_server(..., revalidation=False)`, what
+    `mcpcache demo-server --no-revalidation` serves), over streamable HTTP."""
     counting: str
     """The counting server, over streamable HTTP."""
     gateways: tuple[str, str]
@@ -100,27 +128,27 @@ class Cluster:
 
 @pytest.fixture(scope="session")
 def cluster(notebook_dir: Path, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """Every process the HTTP tests need, started side by side in one go (the ports are chosen first, so
-    the gateways' configuration can name the upstream before it listens), and stopped by PID."""
+    """The HTTP upstreams (in threads of this process) and two gateway processes in front of them, which
+    start side by side and are stopped by PID."""
     folder = tmp_path_factory.mktemp("cluster")
-    demo, counting, one, two = (free_port() for _ in range(4))
-    config = replica_config(folder / "gateway.toml", f"http://127.0.0.1:{counting}/mcp", redis_url)
-    gateway = [sys.executable, "-m", "mcpcache", "gateway", "--config", str(config), "--port"]
-    commands = {
-        demo: [*demo_command(notebook_dir), "--http", str(demo)],
-        counting: [sys.executable, str(COUNTING_SERVER), "http", str(counting)],
-        one: [*gateway, str(one)],
-        two: [*gateway, str(two)],
-    }
-    started: list[subprocess.Popen[bytes]] = []
-    with (folder / "servers.log").open("wb") as log:
+    with (
+        served_in_thread(build_demo_server(notebook_dir, revalidation=False)) as demo,
+        served_in_thread(build_counting_server()) as counting,
+        (folder / "gateways.log").open("wb") as log,
+    ):
+        config = replica_config(folder / "gateway.toml", counting, redis_url)
+        command = [sys.executable, "-m", "mcpcache", "gateway", "--config", str(config), "--port"]
+        ports = [free_port(), free_port()]
+        started: list[subprocess.Popen[bytes]] = []
         try:
-            for command in commands.values():
-                started.append(subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log))
-            for process, (port, command) in zip(started, commands.items(), strict=True):
-                wait_until_listening(process, port, 120.0, " ".join(command[1:4]))
-            url = "http://127.0.0.1:{}/mcp".format
-            yield Cluster(url(demo), url(counting), (url(one), url(two)))
+            for port in ports:
+                started.append(
+                    subprocess.Popen([*command, str(port)], stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+                )
+            for process, port in zip(started, ports, strict=True):
+                wait_until_listening(process, port, 120.0, "mcpcache gateway")
+            one, two = (f"http://127.0.0.1:{port}/mcp" for port in ports)
+            yield Cluster(demo, counting, (one, two))
         finally:
             for process in started:
                 stop_process(process)

@@ -4,13 +4,10 @@
 counts every call that reached this process: an answer served by the gateway from its store keeps the
 number it was fetched with, so a test reads from the answer itself whether upstream was called. `calls`
 (never declared in a gateway) reports the count.
-
-Run: `python counting_server.py http PORT` or `python counting_server.py stdio`.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from fastmcp import FastMCP
@@ -40,11 +37,3 @@ def build_counting_server() -> FastMCP[Any]:
         return {"calls": fetches["count"]}
 
     return server
-
-
-if __name__ == "__main__":
-    counting = build_counting_server()
-    if sys.argv[1] == "stdio":
-        counting.run(transport="stdio", show_banner=False)
-    else:
-        counting.run(transport="http", host="127.0.0.1", port=int(sys.argv[2]), show_banner=False)

@@ -255,8 +255,12 @@ def gateway(
 
     serve = settings.gateway
     bound = serve.port or free_port()
-    shared = open_store(settings.store) if settings.store is not None else None
-    server = build_gateway(settings, store=shared).server
+    try:
+        shared = open_store(settings.store) if settings.store is not None else None
+        server = build_gateway(settings, store=shared).server
+    except (OSError, ValueError) as exc:  # an unreadable key file, say: one line, nothing started
+        print(f"mcpcache gateway: cannot start: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
     declared = [
         f"{up.public_name(name)} ({t.ttl_ms if t.ttl_ms is not None else 'upstream'} ms, {t.scope})"
         for up in settings.upstreams.values()

@@ -1,10 +1,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 from support.redis_server import RedisServer, redis_server_binary
 from support.sqlite_lock import hold
+
+if TYPE_CHECKING:
+    from support.jupyter import JupyterStack
 
 __all__ = ["hold"]  # a fixture: another process holding a SQLite transaction (tests/support/sqlite_lock.py)
 
@@ -32,3 +36,13 @@ def own_redis_server() -> Iterator[RedisServer]:
     """A redis-server of the test's own, so killing it cannot disturb the session's shared one."""
     with RedisServer(redis_server_binary()) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def jupyter_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterStack]:
+    """The real `jupyter server` and `jupyter-mcp-server` (tests/support/jupyter.py), once per session:
+    a.ipynb enrolled as "default", no kernel. Only modules that skip without the interop extra use it."""
+    from support.jupyter import jupyter_stack_in  # nbformat and the rest only for the sessions that use it
+
+    with jupyter_stack_in(tmp_path_factory.mktemp("jupyter")) as stack:
+        yield stack

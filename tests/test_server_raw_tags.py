@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import Any
+from typing import Annotated, Any, Required
 
 import pytest
 from fastmcp import FastMCP
 from fastmcp.tools.base import Tool, ToolResult
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel
+from pydantic import BaseModel, PlainSerializer
 from support.calls import block_of, call_conditional, call_stock, wire
 from support.served_tags import served_tag
 from support.tags import tag_of
 from support.transports import MODERN, ServerTarget, stock_client
+from typing_extensions import TypedDict
 
 from mcpcache.etag import RAW_DOMAIN, content_tag, exact_json, raw_domain, raw_tag
 from mcpcache.protocol import META_KEY
@@ -210,6 +211,94 @@ async def test_an_inner_middleware_that_touches_calls_turns_the_raw_path_off(sta
     assert first.meta is not None
     assert first.meta["x-added"] == 1
     assert block_of(first).etag == tag_of(first)  # type: ignore[union-attr]  # covers what it added
+
+
+class Doc(TypedDict, total=False):
+    kind: Required[str]
+    text: str
+
+
+class Shouted(TypedDict):
+    kind: str
+    text: Annotated[str, PlainSerializer(lambda v: v.upper())]
+
+
+class Untyped(TypedDict, total=False):
+    text: str
+
+
+def build_typed_server(state: dict[str, Any]) -> FastMCP:
+    server = FastMCP("typed")
+
+    @server.tool
+    def read_doc(key: str) -> Doc:
+        return {"kind": "doc", "text": state["value"]["text"]}
+
+    @server.tool
+    def read_shouted(key: str) -> Shouted:
+        return {"kind": "doc", "text": state["value"]["text"]}
+
+    @server.tool
+    def read_untyped(key: str) -> Untyped:
+        return {"kind": "doc", "text": state["value"]["text"]}  # type: ignore[typeddict-unknown-key]
+
+    install(server, ToolPolicies({name: CachePolicy() for name in ("read_doc", "read_shouted", "read_untyped")}))
+    return server
+
+
+async def test_a_plain_typed_dict_uses_the_raw_path(state: dict[str, Any], conversions: Spy) -> None:
+    server = build_typed_server(state)
+    tool = await server.get_tool("read_doc")
+    domain = raw_tag_domain(tool)
+    assert domain is not None
+    async with stock_client("mcp", ServerTarget.memory(server), MODERN) as client:
+        first = await call_stock(client, "read_doc", {"key": "k"})
+        tag = block_of(first).etag  # type: ignore[union-attr]
+        assert tag == raw_tag(domain, {"kind": "doc", "text": "first"})
+        assert tag == await served_tag(server, "read_doc", first)
+        before = conversions.calls
+        reply = await call_conditional(client, "read_doc", {"key": "k"}, tag)
+        assert is_not_modified(reply)
+        assert reply.structured_content == {"kind": "doc"}
+        assert conversions.calls == before
+        state["value"] = {"kind": "doc", "text": "second"}
+        changed = await call_conditional(client, "read_doc", {"key": "k"}, tag)
+        assert changed.structured_content == {"kind": "doc", "text": "second"}
+        assert block_of(changed).etag not in (None, tag)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "tool",
+    [
+        "read_shouted",  # a serializer of its own: the schema cannot name the conversion
+        "read_untyped",  # a `kind` the TypedDict does not declare is not sent, so it cannot name the reply
+    ],
+)
+async def test_typed_dicts_the_schema_cannot_name_fall_back(
+    state: dict[str, Any], conversions: Spy, tool: str
+) -> None:
+    server = build_typed_server(state)
+    async with stock_client("mcp", ServerTarget.memory(server), MODERN) as client:
+        first = await call_stock(client, tool, {"key": "k"})
+        tag = block_of(first).etag  # type: ignore[union-attr]
+        assert tag == tag_of(first)
+        assert is_not_modified(await call_conditional(client, tool, {"key": "k"}, tag))
+        assert conversions.calls == 2
+
+
+def test_a_typed_dicts_name_is_its_schema() -> None:
+    from mcpcache.server.fastmcp import _annotation_name, _typed_dict_name
+
+    class Wider(TypedDict, total=False):
+        kind: Required[str]
+        text: str
+        more: int
+
+    name = _annotation_name(Doc)
+    _typed_dict_name.cache_clear()
+    assert _annotation_name(Doc) == name  # nothing of the process (ids, addresses) in it
+    assert _annotation_name(Wider) not in (None, name)
+    assert _annotation_name(Shouted) is None
 
 
 # --- the domain ---------------------------------------------------------------------------------------

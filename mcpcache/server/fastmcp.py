@@ -32,6 +32,7 @@ answer, never to a guess.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Mapping
 from contextvars import ContextVar
@@ -41,6 +42,7 @@ from typing import TYPE_CHECKING, Any, assert_never
 
 import mcp_types as mt
 import pydantic_core
+import xxhash
 from fastmcp.server.extensions import ServerExtension
 from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.server.middleware.caching import ResponseCachingMiddleware
@@ -48,8 +50,10 @@ from fastmcp.server.transforms import GetToolNext, Transform
 from fastmcp.tools.base import Tool, ToolResult
 from fastmcp.tools.function_tool import FunctionTool
 from fastmcp.utilities.versions import VersionSpec
+from pydantic import TypeAdapter
+from typing_extensions import is_typeddict
 
-from mcpcache.etag import CanonicalizationError, content_tag, raw_domain, raw_tag
+from mcpcache.etag import CanonicalizationError, canonical_json, content_tag, raw_domain, raw_tag
 from mcpcache.protocol import EXTENSION_ID, META_KEY, extension_settings, with_block
 from mcpcache.server.core import Answer, BelowTagging, NotModified, PassThrough, Revalidator, Stamped
 from mcpcache.server.policies import ToolPolicies
@@ -128,10 +132,66 @@ def _annotation_name(annotation: Any) -> str | None:
         return "unannotated"  # FastMCP serialises under Any
     if annotation is None:
         return "None"
+    if is_typeddict(annotation):
+        return _typed_dict_name(annotation)
     try:
         return _ANY_JSON.get(annotation) or (annotation.__name__ if annotation in _SCALARS else None)
     except TypeError:  # an unhashable annotation
         return None
+
+
+# Core-schema node types whose serializer is fully described by the schema itself: no user function,
+# no class with its own serialisation. A TypedDict built only from these converts a given exact JSON value
+# the same way wherever the schema is the same, so the schema can stand in the domain for the annotation.
+_PLAIN_SCHEMA_TYPES = frozenset(
+    {
+        "typed-dict", "typed-dict-field", "str", "int", "float", "bool", "none", "nullable", "list", "dict",
+        "any", "literal", "definitions", "definition-ref",
+    }
+)  # fmt: skip
+# Keys that describe validation only, or name a Python object: left out of the fingerprint.
+_UNSERIALISED_KEYS = frozenset({"cls", "ref", "metadata", "schema_ref"})
+
+
+@functools.lru_cache(maxsize=256)
+def _typed_dict_name(annotation: Any) -> str | None:
+    """`typed-dict <xxh3 of its plain core schema>`, or None when anything in it serialises in its own way."""
+    try:
+        schema = TypeAdapter(annotation).core_schema
+    except Exception:
+        return None
+    plain = _plain_schema(schema)
+    if plain is None:
+        return None
+    return f"typed-dict {xxhash.xxh3_64_hexdigest(canonical_json(plain))}"
+
+
+def _declared_keys(annotation: Any) -> frozenset[str]:
+    return frozenset(annotation.__required_keys__) | frozenset(annotation.__optional_keys__)
+
+
+def _plain_schema(node: Any) -> Any:
+    """`node` without its validation-only and Python-object keys, or None if it is not plain."""
+    if isinstance(node, list):
+        items = [_plain_schema(item) for item in node]
+        return None if any(item is None for item in items) else items
+    if not isinstance(node, dict):
+        return node if node is None or isinstance(node, str | int | float | bool) else None
+    if "type" in node and node["type"] not in _PLAIN_SCHEMA_TYPES:
+        return None
+    if node.get("serialization") is not None or node.get("computed_fields"):
+        return None
+    if node.get("type") == "typed-dict" and node.get("extra_behavior", "ignore") != "ignore":
+        return None
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in _UNSERIALISED_KEYS:
+            continue
+        plain = _plain_schema(value)
+        if plain is None and value is not None:
+            return None
+        out[key] = plain
+    return out
 
 
 def raw_tag_domain(tool: Tool) -> bytes | None:
@@ -161,6 +221,10 @@ def _sent_structured(tool: Tool, annotation: Any, value: Any) -> tuple[bool, Any
     """(the raw path applies, the structuredContent FastMCP would send) for an exact JSON `value`."""
     if annotation is None:
         if value is not None:
+            return False, None
+    elif is_typeddict(annotation):
+        # Keys it does not declare are not sent, so a `kind` among them must not name the reply's kind.
+        if type(value) is dict and "kind" in value and "kind" not in _declared_keys(annotation):
             return False, None
     elif not isinstance(annotation, str) and annotation in _SCALARS and type(value) is not _SCALARS[annotation]:
         return False, None

@@ -18,16 +18,8 @@ skipped locally and fails under CI=true, where a silent skip would hide that int
 
 from __future__ import annotations
 
-import json
 import os
-import secrets
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,15 +33,14 @@ except pytest.skip.Exception:
     raise
 
 import mcp_types as mt  # noqa: E402
-import nbformat  # noqa: E402
 from jupyter_mcp_server import results as jresults  # noqa: E402
 from jupyter_mcp_server import revalidation as jreval  # noqa: E402
 from mcp.server.mcpserver import MCPServer  # noqa: E402
 from servers.catalog import SERVER_KINDS, ServerKind, build  # noqa: E402
 from support.calls import call_raw, call_stock  # noqa: E402
-from support.transports import ERAS, MODERN, Era, ServerTarget, http_servers, stock_client  # noqa: E402
+from support.jupyter import JupyterStack  # noqa: E402
+from support.transports import ERAS, MODERN, Era, ServerTarget, stock_client  # noqa: E402
 
-from mcpcache.bench.common import accepts, stop_process  # noqa: E402
 from mcpcache.client import ToolCache  # noqa: E402
 from mcpcache.etag import parse_etag  # noqa: E402
 from mcpcache.protocol import META_KEY, NOT_MODIFIED_KEY, CacheBlock, NotModifiedReply  # noqa: E402
@@ -217,74 +208,6 @@ async def test_jupyters_helpers_read_what_our_cache_sends_and_serves(clock: Fake
 
 
 # -- 3. the real jupyter-mcp-server, on a real notebook --------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@dataclass(frozen=True)
-class JupyterStack:
-    url: str
-    notebook: Path
-
-
-@pytest.fixture(scope="module")
-def jupyter_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterStack]:
-    """`jupyter server` (collaboration on, the UI extensions off) and `jupyter-mcp-server` in
-    streamable-HTTP mode pointed at it, with `a.ipynb` enrolled as "default" and no kernel."""
-    root = tmp_path_factory.mktemp("jupyter")
-    notebooks, config, data, runtime = (root / name for name in ("notebooks", "config", "data", "runtime"))
-    for folder in (notebooks, config, data, runtime):
-        folder.mkdir()
-    notebook = nbformat.v4.new_notebook()
-    notebook.cells = [nbformat.v4.new_code_cell("x = 1\nprint(x)"), nbformat.v4.new_markdown_cell("# Title")]
-    nbformat.write(notebook, notebooks / "a.ipynb")
-    off = ("jupyterlab", "jupyter_lsp", "jupyter_mcp_server", "notebook_shim", "jupyter_server_terminals")
-    (config / "jupyter_server_config.json").write_text(
-        json.dumps({"ServerApp": {"jpserver_extensions": dict.fromkeys(off, False)}})
-    )
-    env = {
-        **os.environ,
-        "JUPYTER_CONFIG_DIR": str(config),
-        "JUPYTER_DATA_DIR": str(data),
-        "JUPYTER_RUNTIME_DIR": str(runtime),
-        "IPYTHONDIR": str(root / "ipython"),
-    }
-    token = secrets.token_hex(16)
-    jupyter_port = _free_port()
-    jupyter = [
-        sys.executable, "-m", "jupyter_server", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={jupyter_port}",
-        "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={notebooks}",
-        "--ServerApp.open_browser=False", "--allow-root",
-    ]  # fmt: skip
-    mcp_server = [
-        sys.executable, "-m", "jupyter_mcp_server", "start", "--transport", "streamable-http",
-        "--jupyter-url", f"http://127.0.0.1:{jupyter_port}", "--jupyter-token", token,
-        "--document-id", "a.ipynb", "--start-new-code-sandbox", "false", "--insecure-mcp-noauth", "--port",
-    ]  # fmt: skip
-    log_path = root / "servers.log"
-    with log_path.open("wb") as log:
-        jupyter_process = subprocess.Popen(
-            jupyter, env=env, cwd=root, stdin=subprocess.DEVNULL, stdout=log, stderr=log
-        )  # cwd: it keeps its document store (.jupyter_ystore.db) there
-        try:
-            _wait_for_port(jupyter_process, jupyter_port, log_path)
-            with http_servers([mcp_server], log=log) as (url,):
-                yield JupyterStack(url, notebooks / "a.ipynb")
-        finally:
-            stop_process(jupyter_process, timeout_s=15)
-
-
-def _wait_for_port(process: subprocess.Popen[bytes], port: int, log: Path) -> None:
-    deadline = time.monotonic() + 60  # a readiness wait, not a timing assertion
-    while not accepts(port):
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"jupyter server did not start:\n{log.read_text(errors='replace')[-4000:]}")
-        time.sleep(0.05)
 
 
 NOTEBOOK = {"notebook_name": "default", "response_format": "detailed"}

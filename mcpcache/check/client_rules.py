@@ -1,0 +1,427 @@
+"""The client half of the suite, as data: scripts the scripted server plays, and the scenarios judged on
+what the client sent and what it reported serving.
+
+A script is a key (the `read` tool's argument) and a list of steps. In each step the client under test
+makes one call, `read({"key": <key>})`, as the partition the step names, and then reports what its
+caller got (the `report` tool). The scripted server answers the step's requests with the step's planned
+replies in order (the last one repeats), records whether each request carried a tag and which, and
+attributes requests to the step that is open for that key: the one after the last reported. A step
+without any request is one the client served from its cache. Nothing here does I/O; the server is
+`mcpcache.check.scripted`, a reference driver `mcpcache.check.drive`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from mcpcache.check.core import BLOCK, CALL, PARTITIONS, UNMATCHED, Judged, Kind, Rule, Scenario
+from mcpcache.check.wire import claims_not_modified, short
+from mcpcache.etag import content_tag, parse_etag, weak_equal
+from mcpcache.protocol import META_KEY
+
+TOOL = "read"
+KIND = "check.doc"
+EDITION_KEY = "io.github.mcpcache/check.edition"
+"""A `_meta` key of the answers: a client that serves its stored copy after not-modified keeps it."""
+FOREIGN_TAG = 'W/"mcpcache-check-a-tag-the-client-never-held"'
+
+OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"kind": {"type": "string"}, "key": {"type": "string"}, "text": {"type": "string"}},
+    "required": ["kind"],
+}
+"""Only `kind` is required, so a not-modified stub passes a stock client's schema check: whether a client
+serves one is up to the client, not caught by its SDK."""
+
+TagChoice = Literal["own", "foreign", "none", "malformed"]
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What the scripted server answers to one request."""
+
+    kind: Literal["full", "not-modified", "error"] = "full"
+    edition: int = 1
+    """Which edition of the document a full answer (and a not-modified reply's own tag) is about."""
+    ttl_ms: object = 0
+    scope: object = "private"
+    tag: TagChoice = "own"
+    """The tag in the block: the edition's own, one the client never held, none, or a malformed one."""
+    marked_error: bool = False
+    """A not-modified reply that also says isError."""
+
+
+@dataclass(frozen=True)
+class Step:
+    replies: tuple[Reply, ...]
+    partition: str = "a"
+
+
+@dataclass(frozen=True)
+class Script:
+    key: str
+    steps: tuple[Step, ...]
+
+
+# -- the answers the server sends (pure, so the judges can rebuild them) ---------------------------
+
+
+def document(key: str, edition: int, partition: str) -> dict[str, Any]:
+    return {"kind": KIND, "key": key, "text": f"{key}: edition {edition}, for partition {partition}"}
+
+
+def full_parts(key: str, edition: int, partition: str) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
+    """(content, structuredContent, _meta without the block) of a full answer."""
+    structured = document(key, edition, partition)
+    content = [{"type": "text", "text": structured["text"]}]
+    return content, structured, {EDITION_KEY: edition}
+
+
+def own_tag(key: str, edition: int, partition: str, meta_key: str = META_KEY) -> str:
+    content, structured, meta = full_parts(key, edition, partition)
+    return content_tag(content, structured, meta, meta_key=meta_key)
+
+
+def planned_result(key: str, partition: str, reply: Reply, meta_key: str = META_KEY) -> dict[str, Any]:
+    """The result JSON the scripted server sends for `reply` (without the envelope the SDK adds)."""
+    tags: dict[TagChoice, object] = {
+        "own": own_tag(key, reply.edition, partition, meta_key),
+        "foreign": FOREIGN_TAG,
+        "none": None,
+        "malformed": "not a tag",
+    }
+    block: dict[str, Any] = {"ttlMs": reply.ttl_ms, "cacheScope": reply.scope}
+    if tags[reply.tag] is not None:
+        block["etag"] = tags[reply.tag]
+    if reply.kind == "error":
+        text = f"{key}: refused (an error that carries a cache block)"
+        return {"content": [{"type": "text", "text": text}], "isError": True, "_meta": {meta_key: block}}
+    if reply.kind == "not-modified":
+        block["notModified"] = True
+        return {
+            "content": [],
+            "structuredContent": {"kind": KIND},
+            "isError": reply.marked_error,
+            "_meta": {meta_key: block},
+        }
+    content, structured, meta = full_parts(key, reply.edition, partition)
+    return {"content": content, "structuredContent": structured, "isError": False, "_meta": {**meta, meta_key: block}}
+
+
+# -- what the server records ------------------------------------------------------------------------
+
+
+@dataclass
+class StepRecord:
+    """One step as the scripted server saw it."""
+
+    sent_tags: list[object] = field(default_factory=list)
+    """Per request of this step: the etag the request's block carried (None: no tag sent)."""
+    replies: list[Reply] = field(default_factory=list)
+    reported: bool = False
+    served: Mapping[str, Any] | None = None
+    error: str | None = None
+    skipped: bool = False
+
+
+@dataclass(frozen=True)
+class ScriptRecord:
+    script: Script
+    steps: Sequence[StepRecord]
+    meta_key: str = META_KEY
+
+    def step(self, index: int) -> StepRecord:
+        return self.steps[index]
+
+    def tag(self, edition: int, partition: str = "a") -> str:
+        return own_tag(self.script.key, edition, partition, self.meta_key)
+
+
+# -- judges ----------------------------------------------------------------------------------------
+
+
+def _not_reported(record: ScriptRecord, *steps: int) -> Judged | None:
+    for index in steps:
+        step = record.step(index)
+        if step.skipped:
+            return Judged.not_applicable(
+                f"the driver skipped step {index + 1} (partition {record.script.steps[index].partition})"
+            )
+        if not step.reported:
+            return Judged.not_applicable(f"step {index + 1} was never reported (the client disconnected first?)")
+    return None
+
+
+def _served_problem(record: ScriptRecord, index: int, edition: int, partition: str = "a") -> str | None:
+    """Why what step `index` served is not the full answer of `edition` for `partition` (None: it is)."""
+    step = record.step(index)
+    if step.error is not None:
+        return f"step {index + 1}: the call raised: {short(step.error, 80)}"
+    served = step.served or {}
+    if claims_not_modified(served, record.meta_key) or served.get("content") == []:
+        return f"step {index + 1}: served the not-modified stub as the answer"
+    if served.get("isError") is True:
+        return f"step {index + 1}: served an error ({short(served.get('content'), 60)})"
+    content, structured, meta = full_parts(record.script.key, edition, partition)
+    if served.get("structuredContent") != structured or served.get("content") != content:
+        got = served.get("structuredContent")
+        text = got.get("text") if isinstance(got, Mapping) else got
+        return f"step {index + 1}: served {short(text, 70)}, not edition {edition} for partition {partition}"
+    served_meta = served.get("_meta") if isinstance(served.get("_meta"), Mapping) else {}
+    if served_meta.get(EDITION_KEY) != meta[EDITION_KEY]:  # type: ignore[union-attr]
+        return f"step {index + 1}: served the answer without its own _meta key {EDITION_KEY}"
+    return None
+
+
+def _requests(record: ScriptRecord, index: int) -> list[object]:
+    return record.step(index).sent_tags
+
+
+def _tag_words(tag: object) -> str:
+    return "no tag" if tag is None else f"tag {short(tag, 60)}"
+
+
+def judge_sends_tag(record: ScriptRecord) -> Judged:
+    if (skip := _not_reported(record, 0, 1)) is not None:
+        return skip
+    expected = record.tag(1)
+    sent = _requests(record, 1)
+    if not sent:
+        return Judged.broken("step 2 sent no request: a ttlMs 0 answer was served without revalidating")
+    if weak_equal(sent[0], expected):
+        return Judged.ok(f"sent {expected} back")
+    return Judged.broken(f"sent {_tag_words(sent[0])}, not the tag it held ({expected})")
+
+
+def judge_serves_copy(record: ScriptRecord) -> Judged:
+    if (skip := _not_reported(record, 0, 1)) is not None:
+        return skip
+    sent = _requests(record, 1)
+    if not sent or not weak_equal(sent[0], record.tag(1)):
+        return Judged.not_applicable("the client did not revalidate with its tag (see sends-tag)")
+    if len(sent) > 1:
+        return Judged.broken("asked again after a matching not-modified reply (the stored copy was not served)")
+    problem = _served_problem(record, 1, edition=1)
+    served_block = ((record.step(1).served or {}).get("_meta") or {}).get(record.meta_key)
+    if problem is None and isinstance(served_block, Mapping) and served_block.get("notModified") not in (None, False):
+        problem = "step 2: the served copy still says notModified"
+    return Judged.broken(problem) if problem else Judged.ok("served its stored copy, its own _meta kept")
+
+
+def judge_replaces(record: ScriptRecord) -> Judged:
+    if (skip := _not_reported(record, 0, 1, 2, 3)) is not None:
+        return skip
+    problems = []
+    if (problem := _served_problem(record, 2, edition=2)) is not None:
+        problems.append(problem)
+    sent = _requests(record, 3)
+    if not sent:
+        problems.append("step 4 sent no request")
+    elif not weak_equal(sent[0], record.tag(2)):
+        problems.append(f"step 4 sent {_tag_words(sent[0])}, not the new answer's tag {record.tag(2)}")
+    elif (problem := _served_problem(record, 3, edition=2)) is not None:
+        problems.append(problem)
+    return (
+        Judged.broken("; ".join(problems))
+        if problems
+        else Judged.ok("the changed answer replaced the entry; its tag was sent next")
+    )
+
+
+def judge_unmatched(record: ScriptRecord) -> Judged:
+    """The last step's first reply was a not-modified the client cannot match; its later replies are the
+    full answer of the script's last edition."""
+    last = len(record.steps) - 1
+    if (skip := _not_reported(record, *range(len(record.steps)))) is not None:
+        return skip
+    edition = record.script.steps[last].replies[-1].edition
+    sent = _requests(record, last)
+    if not sent:
+        return Judged.not_applicable("no request in the step: the client served its copy without asking")
+    problem = _served_problem(record, last, edition=edition)
+    if problem is not None:
+        return Judged.broken(problem)
+    if len(sent) < 2:
+        return Judged.broken("served the full answer without asking again? (one request only)")
+    if sent[-1] is not None:
+        return Judged.broken(f"the repeat still carried {_tag_words(sent[-1])}")
+    return Judged.ok(f"not served; asked again without a tag ({len(sent)} requests) and served the full answer")
+
+
+def judge_error_not_stored(record: ScriptRecord) -> Judged:
+    if (skip := _not_reported(record, 0, 1)) is not None:
+        return skip
+    sent = _requests(record, 1)
+    if not sent:
+        return Judged.broken("step 2 sent no request: the error (with a cache block) was served from the cache")
+    if sent[0] is not None:
+        return Judged.broken(f"step 2 sent {_tag_words(sent[0])}: the error's tag was kept")
+    problem = _served_problem(record, 1, edition=1)
+    return Judged.broken(problem) if problem else Judged.ok("the error was not stored; the next call went out untagged")
+
+
+def judge_fresh(record: ScriptRecord) -> Judged:
+    if (skip := _not_reported(record, 0, 1)) is not None:
+        return skip
+    sent = _requests(record, 1)
+    problem = _served_problem(record, 1, edition=1)
+    if problem is not None:
+        return Judged.broken(problem)
+    if sent:
+        return Judged.broken(f"asked again within ttlMs ({_tag_words(sent[0])})")
+    return Judged.ok("served within ttlMs without a request")
+
+
+def judge_partitions(record: ScriptRecord) -> Judged:
+    if (skip := _not_reported(record, 0, 1)) is not None:
+        return skip
+    other = record.script.steps[1].partition
+    sent = _requests(record, 1)
+    problem = _served_problem(record, 1, edition=1, partition=other)
+    if not sent:
+        return Judged.broken(
+            f"partition {other} was served partition {record.script.steps[0].partition}'s answer from the cache"
+        )
+    if problem is not None:
+        return Judged.broken(problem)
+    if sent[0] is not None:
+        return Judged.broken(f"partition {other} sent {_tag_words(sent[0])}, another partition's tag")
+    return Judged.ok(f"partition {other} asked for and got its own answer")
+
+
+def judge_tolerant(record: ScriptRecord) -> Judged:
+    if (skip := _not_reported(record, 0, 1)) is not None:
+        return skip
+    problems = [p for p in (_served_problem(record, 0, 1), _served_problem(record, 1, 1)) if p is not None]
+    for tag in _requests(record, 1):
+        if tag is not None and parse_etag(tag) is None:
+            problems.append(f"sent the malformed tag {short(tag)} back")
+    return (
+        Judged.broken("; ".join(problems))
+        if problems
+        else Judged.ok("the answer was served; nothing malformed was sent back")
+    )
+
+
+# -- the scripts and the scenarios -----------------------------------------------------------------
+
+FULL = Reply()
+NOT_MODIFIED = Reply(kind="not-modified")
+
+REVALIDATE = Script(
+    "revalidate",
+    (
+        Step((FULL,)),
+        Step((NOT_MODIFIED,)),
+        Step((Reply(edition=2),)),
+        Step((Reply(kind="not-modified", edition=2),)),
+    ),
+)
+
+
+def _unmatched(key: str, first: Reply, *, stored: bool = True) -> Script:
+    steps = (Step((FULL,)),) if stored else ()
+    return Script(key, (*steps, Step((first, Reply(edition=2 if stored else 1)))))
+
+
+@dataclass(frozen=True)
+class ClientScenario:
+    """A scenario of the client check: a script and the judge of its record."""
+
+    scenario: Scenario[ScriptRecord]
+    script: Script
+
+
+def _scenario(
+    id: str, title: str, rule: Rule, kind: Kind, script: Script, judge: Callable[[ScriptRecord], Judged]
+) -> ClientScenario:
+    return ClientScenario(Scenario(id, title, rule, kind, judge), script)
+
+
+CLIENT_SCENARIOS: tuple[ClientScenario, ...] = (
+    _scenario("sends-tag", "A stale answer is revalidated with its tag", CALL, "required", REVALIDATE, judge_sends_tag),
+    _scenario("serves-copy", "Not-modified serves the stored copy", CALL, "required", REVALIDATE, judge_serves_copy),
+    _scenario("replaces", "A changed answer replaces the entry", CALL, "required", REVALIDATE, judge_replaces),
+    _scenario(
+        "unmatched-tag",
+        "A not-modified naming another tag is never served",
+        UNMATCHED,
+        "required",
+        _unmatched("unmatched-tag", Reply(kind="not-modified", tag="foreign")),
+        judge_unmatched,
+    ),
+    _scenario(
+        "unmatched-untagged",
+        "A not-modified naming no tag is never served",
+        UNMATCHED,
+        "required",
+        _unmatched("unmatched-untagged", Reply(kind="not-modified", tag="none")),
+        judge_unmatched,
+    ),
+    _scenario(
+        "unmatched-error",
+        "A not-modified marked as an error is never served",
+        UNMATCHED,
+        "required",
+        _unmatched("unmatched-error", Reply(kind="not-modified", marked_error=True)),
+        judge_unmatched,
+    ),
+    _scenario(
+        "unmatched-no-entry",
+        "A not-modified to an ordinary call is never served",
+        UNMATCHED,
+        "required",
+        _unmatched("unmatched-no-entry", NOT_MODIFIED, stored=False),
+        judge_unmatched,
+    ),
+    _scenario(
+        "error",
+        "An error is never stored, even with a cache block",
+        CALL,
+        "required",
+        Script("error", (Step((Reply(kind="error", ttl_ms=600_000, scope="public"),)), Step((FULL,)))),
+        judge_error_not_stored,
+    ),
+    _scenario(
+        "fresh",
+        "A fresh answer is served without a request",
+        CALL,
+        "recommended",
+        Script("fresh", (Step((Reply(ttl_ms=600_000),)), Step((FULL,)))),
+        judge_fresh,
+    ),
+    _scenario(
+        "partitions",
+        "A private answer is never served to another partition",
+        PARTITIONS,
+        "required",
+        Script("partitions", (Step((Reply(ttl_ms=600_000),)), Step((FULL,), partition="b"))),
+        judge_partitions,
+    ),
+    _scenario(
+        "unknown-scope",
+        "An unknown cacheScope is read as private",
+        PARTITIONS,
+        "required",
+        Script("unknown-scope", (Step((Reply(ttl_ms=600_000, scope="session"),)), Step((FULL,), partition="b"))),
+        judge_partitions,
+    ),
+    _scenario(
+        "malformed-block",
+        "A malformed block is read tolerantly",
+        BLOCK,
+        "required",
+        Script("malformed-block", (Step((Reply(ttl_ms="5000", tag="malformed"),)), Step((FULL,)))),
+        judge_tolerant,
+    ),
+)
+
+
+def scripts() -> tuple[Script, ...]:
+    """Every script once, in the order the scenarios first name them."""
+    seen: dict[str, Script] = {}
+    for item in CLIENT_SCENARIOS:
+        seen.setdefault(item.script.key, item.script)
+    return tuple(seen.values())

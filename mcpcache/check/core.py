@@ -1,0 +1,184 @@
+"""The vocabulary every conformance scenario shares: rules, kinds, verdicts, and what a run adds up to.
+
+A scenario is data: an id, a title, the rule it checks (a section of docs/protocol.md or docs/client.md)
+and its kind, plus a pure judge that turns observations into a `Verdict`. Nothing here does I/O, so
+each judge is tested on hand-made observations as well as against real servers and clients.
+
+Kinds follow the HTTP cache-tests suite: a `required` scenario that does not hold is a failure (exit
+status 1); a `recommended` one is a warning (the peer is correct but misses what the rule is for);
+`info` scenarios only report figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeVar
+
+Status = Literal["pass", "fail", "warn", "n/a", "info"]
+Kind = Literal["required", "recommended", "info"]
+STATUSES: tuple[Status, ...] = ("pass", "fail", "warn", "n/a", "info")
+
+Obs = TypeVar("Obs")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Where a rule is written: a document of this project and the heading of its section."""
+
+    doc: str
+    section: str
+
+    def cite(self) -> str:
+        return f"{self.doc} § {self.section}"
+
+
+PROTOCOL = "docs/protocol.md"
+CLIENT = "docs/client.md"
+
+BLOCK = Rule(PROTOCOL, "The cache block")
+TAG = Rule(PROTOCOL, "The entity tag")
+META_COVERED = Rule(PROTOCOL, "Peers whose tag leaves `_meta` out")
+REPLY = Rule(PROTOCOL, "The conditional request and the not-modified reply")
+CALL = Rule(CLIENT, "What happens on a call")
+UNMATCHED = Rule(CLIENT, "Not-modified replies that cannot be matched")
+PARTITIONS = Rule(CLIENT, "Partitions and sharing")
+
+
+@dataclass(frozen=True)
+class Judged:
+    """What a judge found: it held, it did not, or it could not be tried (with why, in every case)."""
+
+    held: bool | None
+    """None: not applicable."""
+    detail: str
+
+    @classmethod
+    def ok(cls, detail: str) -> Judged:
+        return cls(True, detail)
+
+    @classmethod
+    def broken(cls, detail: str) -> Judged:
+        return cls(False, detail)
+
+    @classmethod
+    def not_applicable(cls, detail: str) -> Judged:
+        return cls(None, detail)
+
+
+@dataclass(frozen=True)
+class Scenario(Generic[Obs]):
+    """One row of the suite: what it checks, where the rule is written, and how it is judged."""
+
+    id: str
+    title: str
+    rule: Rule
+    kind: Kind
+    judge: Callable[[Obs], Judged] = field(repr=False, compare=False)
+
+    def verdict(self, observations: Obs) -> Verdict:
+        return Verdict.of(self, self.judge(observations))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A scenario's outcome against one subject (a tool of a server, or a client)."""
+
+    scenario: str
+    title: str
+    rule: str
+    kind: Kind
+    status: Status
+    detail: str
+
+    @classmethod
+    def of(cls, scenario: Scenario[Any], judged: Judged) -> Verdict:
+        return cls(
+            scenario.id,
+            scenario.title,
+            scenario.rule.cite(),
+            scenario.kind,
+            status_of(scenario.kind, judged),
+            judged.detail,
+        )
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "scenario": self.scenario,
+            "title": self.title,
+            "rule": self.rule,
+            "kind": self.kind,
+            "status": self.status,
+            "detail": self.detail,
+        }
+
+
+def status_of(kind: Kind, judged: Judged) -> Status:
+    if judged.held is None:
+        return "n/a"
+    if kind == "info":
+        return "info"
+    if judged.held:
+        return "pass"
+    return "fail" if kind == "required" else "warn"
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What a group of verdicts is about (a tool and its arguments, or the client under test)."""
+
+    name: str
+    arguments: Mapping[str, Any] | None
+    verdicts: tuple[Verdict, ...]
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "arguments": dict(self.arguments) if self.arguments is not None else None,
+            "note": self.note,
+            "verdicts": [v.to_json() for v in self.verdicts],
+        }
+
+
+@dataclass(frozen=True)
+class Report:
+    """A whole run: what was checked, the verdicts, and what was left out (with why)."""
+
+    mode: Literal["server", "client"]
+    target: str
+    protocol: str | None
+    subjects: tuple[Subject, ...]
+    skipped: tuple[tuple[str, str], ...] = ()
+    """(tool, why it was not probed)."""
+
+    def counts(self) -> dict[Status, int]:
+        counted: dict[Status, int] = dict.fromkeys(STATUSES, 0)
+        for verdict in self.verdicts():
+            counted[verdict.status] += 1
+        return counted
+
+    def verdicts(self) -> Iterable[Verdict]:
+        for subject in self.subjects:
+            yield from subject.verdicts
+
+    @property
+    def ok(self) -> bool:
+        """Nothing required failed, and something was checked at all."""
+        counted = self.counts()
+        return counted["fail"] == 0 and bool(self.subjects)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "target": self.target,
+            "protocol": self.protocol,
+            "ok": self.ok,
+            "counts": self.counts(),
+            "subjects": [s.to_json() for s in self.subjects],
+            "skipped": [{"name": name, "why": why} for name, why in self.skipped],
+        }
+
+
+def judge_all(scenarios: Sequence[Scenario[Obs]], observations: Obs) -> tuple[Verdict, ...]:
+    return tuple(scenario.verdict(observations) for scenario in scenarios)

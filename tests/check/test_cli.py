@@ -1,0 +1,76 @@
+"""The `mcpcache check` command itself: usage errors are one line and exit status 2; an unreachable server
+is one line and exit status 1; and one real run over stdio against the catalogue server, as a user types it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from support.transports import SERVE_SCRIPT
+from typer.testing import CliRunner
+
+from mcpcache.bench.common import free_port
+from mcpcache.cli import _paired_calls, app
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ([], "give a server"),
+        (["--url", "http://127.0.0.1:1/mcp", "--", "python", "server.py"], "give a server"),
+        (["--args", "{}", "--url", "http://127.0.0.1:1/mcp"], "--args must follow"),
+        (["--url", "http://127.0.0.1:1/mcp", "--tool", "t", "--args", "{not json"], "--args is not JSON"),
+        (["--url", "http://127.0.0.1:1/mcp", "--tool", "t", "--args", "[1]"], "must be a JSON object"),
+        (["--url", "http://127.0.0.1:1/mcp", "--tool", "t", "--args", "{}", "--args", "{}"], "--args must follow"),
+        (["--url", "http://127.0.0.1:1/mcp", "--bogus"], "No such option"),
+        (["--client", "--url", "http://127.0.0.1:1/mcp"], "--client serves a scripted server"),
+        (["--calls", "3", "--url", "http://127.0.0.1:1/mcp"], "--http and --calls go with --client"),
+    ],
+)
+def test_a_usage_error_is_one_line_and_exit_status_2(args: list[str], says: str) -> None:
+    result = CliRunner().invoke(app, ["check", *args])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("mcpcache check: ")
+    assert says in lines[0]
+
+
+def test_an_unreachable_server_is_one_line_and_exit_status_1() -> None:
+    url = f"http://127.0.0.1:{free_port()}/mcp"  # nothing listens there
+    result = CliRunner().invoke(app, ["check", "--url", url, "--timeout", "5"])
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"mcpcache check: could not check {url}: ")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.output
+
+
+def test_each_args_goes_to_the_tool_or_mutation_before_it() -> None:
+    tools, mutations = _paired_calls(
+        ["--tool", "a", "--args", '{"x": 1}', "--mutate", "m", "--args={}", "--tool=b", "--json", "--", "--tool", "c"],
+        json.loads,
+    )
+    assert tools == [("a", {"x": 1}), ("b", None)]
+    assert mutations == [("m", {})]
+
+
+@pytest.mark.slow
+def test_the_cli_checks_the_catalogue_server_over_stdio() -> None:
+    command = [
+        sys.executable, "-m", "mcpcache", "check", "--json",
+        "--tool", "doc_dict", "--args", '{"key": "k"}',
+        "--tool", "doc_model", "--args", '{"key": "k"}',
+        "--mutate", "write_doc", "--args", '{"key": "k", "text": "k: second edition"}',
+        "--", sys.executable, str(SERVE_SCRIPT), "sdk", "stdio",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["ok"] is True
+    by_tool = {s["name"]: {v["scenario"]: v["status"] for v in s["verdicts"]} for s in report["subjects"]}
+    assert by_tool["doc_dict"]["mutation"] == by_tool["doc_dict"]["not-modified"] == "pass"
+    # doc_model's output schema requires more than `kind`: a warning, not a failure.
+    assert by_tool["doc_model"]["nm-schema"] == "warn"
+    assert report["counts"]["fail"] == 0

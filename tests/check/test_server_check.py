@@ -1,0 +1,143 @@
+"""`mcpcache check` against servers: mcpcache's own (FastMCP and the SDK's MCPServer) conform, and a
+deliberately broken server fails each scenario it breaks (tests/check/quirky.py), in memory.
+
+Each broken server breaks one rule; the test asserts that scenario's verdict and what its detail says,
+so every required scenario is shown able to fail. The honest variant of the same hand-written server
+passes every scenario, so a failure is the quirk's doing, not the harness's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastmcp import FastMCP
+from mcp.client._memory import InMemoryTransport
+
+from mcpcache.check.core import Report, Verdict
+from mcpcache.check.probe import CheckOptions, Target, check_server
+from mcpcache.check.selection import ToolCall
+from mcpcache.check.server_rules import SERVER_SCENARIOS
+
+from .ours import build_ours
+from .quirky import BUMP_ARGS, EDIT_ARGS, READ_ARGS, Quirks, build_quirky
+
+pytestmark = pytest.mark.anyio
+
+READ = ToolCall("read", READ_ARGS)
+EDIT = ToolCall("edit", EDIT_ARGS)
+BUMP = ToolCall("bump", BUMP_ARGS)
+
+
+async def check(server: Any, *calls: ToolCall, mutations: tuple[ToolCall, ...] = (), era: Any = "auto") -> Report:
+    # InMemoryTransport takes an MCPServer or a low-level Server; FastMCP's is its private _mcp_server.
+    lowlevel = server._mcp_server if isinstance(server, FastMCP) else server
+    target = Target.of("in memory", lambda: InMemoryTransport(lowlevel))
+    return await check_server(target, CheckOptions(calls=calls, mutations=mutations, era=era))
+
+
+def verdicts(report: Report, tool: str = "read") -> dict[str, Verdict]:
+    subject = next(s for s in report.subjects if s.name == tool)
+    return {v.scenario: v for v in subject.verdicts}
+
+
+def statuses(report: Report, tool: str = "read") -> dict[str, str]:
+    return {name: v.status for name, v in verdicts(report, tool).items()}
+
+
+# -- servers that conform --------------------------------------------------------------------------
+
+EVERY_SCENARIO = {s.id for s in SERVER_SCENARIOS}
+
+
+@pytest.mark.parametrize("era", ["auto", "legacy"])
+async def test_the_hand_written_server_without_quirks_passes_every_scenario(era: Any) -> None:
+    # No --tool: `read` is chosen because it is read-only and its first answer carries a block, and it
+    # is called with the example its input schema gives.
+    edited = await check(build_quirky(), mutations=(EDIT,), era=era)
+    assert [s.name for s in edited.subjects] == ["read"]
+    assert edited.subjects[0].arguments == READ_ARGS
+    assert {name for name, _ in edited.skipped} == {"edit", "bump"}, "tools that write are never called unasked"
+    assert statuses(edited) == {**dict.fromkeys(EVERY_SCENARIO, "pass"), "meta": "n/a", "wire": "info"}
+    assert edited.ok
+
+    bumped = await check(build_quirky(), READ, mutations=(BUMP,), era=era)
+    assert statuses(bumped)["meta"] == "pass"
+    assert statuses(bumped)["mutation"] == "n/a", "only _meta changed: the meta row judges it"
+
+
+@pytest.mark.parametrize("kind", ["fastmcp", "sdk"])
+async def test_mcpcaches_own_servers_conform(kind: Any) -> None:
+    report = await check(build_ours(kind), READ, ToolCall("read_rev", READ_ARGS), mutations=(EDIT, BUMP))
+    assert report.ok, report.to_json()
+    read = statuses(report, "read")
+    assert read == {**dict.fromkeys(EVERY_SCENARIO, "pass"), "meta": "n/a", "wire": "info"}
+    rev = statuses(report, "read_rev")
+    # read_rev builds its own result with a `_meta` revision; edit and bump change both text and revision.
+    assert rev["mutation"] == "pass"
+    assert rev["nm-schema"] == "n/a" if kind == "sdk" else rev["nm-schema"] in ("pass", "n/a")
+    assert "fail" not in rev.values()
+
+    # bump alone changes only the revision: the tag must change, and it does.
+    only_meta = await check(build_ours(kind), ToolCall("read_rev", READ_ARGS), mutations=(BUMP,))
+    assert statuses(only_meta, "read_rev")["meta"] == "pass", verdicts(only_meta, "read_rev")["meta"]
+
+
+# -- the gateway -----------------------------------------------------------------------------------
+# GATEWAY: `mcpcache gateway` (issue 11) is being built on another branch. When it lands, add
+# `test_the_gateway_conforms` here: start the gateway in front of an upstream that stamps nothing
+# (e.g. `build_ours(kind)` without mcpcache, or tests/servers/serve.py with cache=False), declare `read`
+# in its configuration, and run `check(...)` (or the CLI with --url) against the gateway: every required
+# scenario must pass, as for mcpcache's own servers above.
+
+
+# -- servers that break one rule each --------------------------------------------------------------
+
+BROKEN: dict[str, tuple[Quirks, tuple[ToolCall, ...], str, str, str]] = {
+    # name: (quirks, mutating calls, the scenario that must not hold, its status, what its detail says)
+    "a negative ttlMs": (Quirks(block={"ttlMs": -5}), (), "block", "fail", "ttlMs -5 is negative"),
+    "an unknown scope": (Quirks(block={"cacheScope": "session"}), (), "block", "fail", "neither 'public' nor"),
+    "a malformed etag": (Quirks(block={"etag": "no quotes"}), (), "block", "fail", "is not an entity tag"),
+    "a new tag on every call": (Quirks(tag_per_call=True), (), "same-tag", "fail", "the answers were identical"),
+    "not-modified to everything": (Quirks(not_modified_always=True), (), "ordinary", "fail", "carried no tag"),
+    "content kept on not-modified": (Quirks(nm_content=True), (), "not-modified", "fail", "content carries 1 block"),
+    "no kind on not-modified": (Quirks(nm_kind=False), (), "not-modified", "fail", 'not {"kind": K}'),
+    "not-modified without the flag": (Quirks(nm_flag=False), (), "not-modified", "fail", "answered in full"),
+    "a schema that requires more than kind": (
+        Quirks(strict_schema=True),
+        (),
+        "nm-schema",
+        "warn",
+        "'key' is a required property",
+    ),
+    "not-modified to any tag": (Quirks(compare="any-tag"), (), "other-tag", "fail", "answered not-modified"),
+    "tags matched by substring": (Quirks(compare="contains"), (), "malformed-tag", "fail", "malformed-unquoted"),
+    "tags compared as strings": (Quirks(compare="string"), (), "weak-compare", "warn", "compared as strings"),
+    "a stamped error": (Quirks(stamp_errors=True), (), "error", "fail", "the error carries a cache block"),
+    "not-modified to a failing call": (Quirks(nm_to_errors=True), (), "error", "fail", "answered not-modified"),
+    "a padded not-modified reply": (Quirks(nm_padding=2000), (), "nm-size", "fail", "over 1,024 B"),
+    "a tag that ignores the content": (Quirks(tag_from_key_only=True), (EDIT,), "mutation", "fail", "the tag stayed"),
+    "a tag that leaves _meta out": (Quirks(tag_covers_meta=False), (BUMP,), "meta", "fail", "example.com/rev: 0 -> 1"),
+}
+
+
+@pytest.mark.parametrize("case", list(BROKEN))
+async def test_a_broken_server_fails_the_scenario_it_breaks(case: str) -> None:
+    quirks, mutations, scenario, status, detail = BROKEN[case]
+    report = await check(build_quirky(quirks), READ, mutations=mutations)
+    verdict = verdicts(report)[scenario]
+    assert (verdict.status, verdict.kind) == (status, "required" if status == "fail" else "recommended")
+    assert detail in verdict.detail, verdict.detail
+    assert report.ok is (status != "fail")
+
+
+def test_every_required_and_recommended_scenario_has_a_server_that_breaks_it() -> None:
+    broken = {scenario for _, _, scenario, _, _ in BROKEN.values()}
+    assert broken == {s.id for s in SERVER_SCENARIOS if s.kind != "info"}
+
+
+async def test_a_tool_that_needs_arguments_nobody_gave_is_not_applicable() -> None:
+    report = await check(build_ours("sdk"))  # read/read_rev need `key`; their schemas give no example
+    assert report.subjects == ()
+    assert dict(report.skipped)["read"] == "needs arguments (key); give --tool read --args JSON"
+    assert not report.ok, "nothing was checked"

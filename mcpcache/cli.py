@@ -345,7 +345,7 @@ def bench(
 
 # Imported here, with the check command, so that cli.py merges cleanly.
 from collections.abc import Callable  # noqa: E402
-from typing import Any, NoReturn  # noqa: E402
+from typing import NoReturn  # noqa: E402
 
 from typer.core import TyperCommand  # noqa: E402
 

@@ -89,7 +89,7 @@ def test_bench_refuses_missing_and_malformed_files(capsys: pytest.CaptureFixture
     assert sorted(tmp_path.iterdir()) == sorted([malformed, foreign])
 
 
-@pytest.mark.parametrize("arguments", [[], ["demo-server"], ["bench"]])
+@pytest.mark.parametrize("arguments", [[], ["demo-server"], ["bench"], ["check"]])
 def test_help_shows_no_bool_placeholders(capsys: pytest.CaptureFixture[str], arguments: list[str]) -> None:
     code, out, _ = run(capsys, *arguments, "--help")
     assert code == 0

@@ -321,6 +321,9 @@ class References:
     async def _for_model(
         self, result: Any, *, server: str, tool: str, arguments: Mapping[str, Any] | None
     ) -> ModelView:
+        # Encoding (and decoding, in load and resolve) stays on the loop: orjson holds the GIL for the whole
+        # call, so in a worker thread it would stall the loop just as long (an 8 MB decode: about 60-100 ms
+        # either way). Token counting is what runs long, and it is cut into pieces the loop runs between.
         payload = payload_of(result)
         body, exact = encode_json(payload.value)
         if payload.is_error or len(body) < self.threshold_bytes:

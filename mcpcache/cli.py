@@ -284,8 +284,6 @@ def bench(
     from rich.console import Console
 
     from mcpcache.bench import report
-    from mcpcache.bench.configs import select
-    from mcpcache.bench.runner import MODES, BenchArgs, parse_size, result_stem, run_bench
 
     # Piped or captured, rich would assume 80 columns; the tables are laid out for 100.
     console = Console() if sys.stdout.isatty() or "COLUMNS" in os.environ else Console(width=100)
@@ -305,6 +303,10 @@ def bench(
     except report.NotABenchFile as exc:
         print(f"mcpcache bench: {exc}", file=sys.stderr)  # one line, unwrapped
         raise typer.Exit(2) from None
+    # Only a run needs the runner (and the clients and servers it imports: seconds).
+    from mcpcache.bench.configs import select
+    from mcpcache.bench.runner import MODES, BenchArgs, parse_size, result_stem, run_bench
+
     if full and quick:
         raise typer.BadParameter("choose one of --full and --quick", param_hint="--full")
     mode = MODES["full" if full else "quick" if quick else "default"]

@@ -2,22 +2,108 @@
 
 from __future__ import annotations
 
+import errno
+import re
+import socket
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup, TyperOption
+
+from mcpcache.extras import MissingExtra, require
+
+
+def _quiet_flags(command: Any, ctx: Any) -> None:
+    # typer shows a flag's type, `<bool>`, where a flag takes no value: an empty metavar shows nothing.
+    for param in [*command.params, command.get_help_option(ctx)]:
+        if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
+            param.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        _quiet_flags(sub, ctx)
+
+
+class _Group(TyperGroup):
+    """The command group: flags shown without `<bool>`, and every refusal one line on stderr with exit 2."""
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)
+        if isinstance(option, TyperOption):
+            option.metavar = ""
+        return option
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            _quiet_flags(command, ctx)
+        return command
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        except typer.TyperException as exc:  # click's usage errors: typer would draw them in a box
+            ctx = getattr(exc, "ctx", None)
+            where = ctx.command_path if ctx is not None else (prog_name or "mcpcache")
+            message = re.sub(r"\s*\n\s*", " ", exc.format_message()).strip()
+            hint = f" (see {where} --help)" if ctx is not None else ""
+            print(f"{where}: {message}{hint}", file=sys.stderr)
+            sys.exit(exc.exit_code)
+        except MissingExtra as exc:
+            print(exc, file=sys.stderr)
+            sys.exit(2)
+        except typer.Abort:
+            print("Aborted!", file=sys.stderr)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
 
 app = typer.Typer(
     name="mcpcache",
     help="Make MCP tool results cheap to ask for twice.",
     no_args_is_help=True,
     add_completion=False,
+    cls=_Group,
 )
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mcpcache")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        from mcpcache import __version__
+
+        return __version__
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"mcpcache {_version()}")
+        raise typer.Exit()
+
+
 @app.callback()
-def main() -> None:
+def main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", metavar="", help="Print the version and exit.", callback=_print_version, is_eager=True
+        ),
+    ] = False,
+) -> None:
     """mcpcache: weak ETags, not-modified replies, a revalidating client cache, results by reference."""
 
 
@@ -26,11 +112,44 @@ def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-@app.command("demo-server")
+DEMO_HELP = (
+    "Serve a folder of Jupyter notebooks with mcpcache (stdio by default)."
+    "\n\n"
+    "Tools: list_notebooks, read_notebook(path) and read_cell(path, index) are read-only and cacheable: their "
+    "answers carry a tag and stay fresh for --ttl-ms (5 s by default), after which a client revalidates and an "
+    "unchanged notebook is answered 'not modified', without its body. edit_cell(path, index, source) is never "
+    "cached."
+)
+
+
+def _check_port(port: int) -> None:
+    """Refuse a port that cannot be served before saying it is served: out of range, or taken."""
+    if not 1 <= port <= 65535:
+        raise typer.BadParameter(f"{port} is not a port (1 to 65535)", param_hint="--http")
+    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        # As uvicorn binds: with SO_REUSEADDR, so only a socket that is listening there refuses us.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind(("127.0.0.1", port))
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            reason = "in use (another server is listening there)"
+        else:
+            reason = f"not available ({exc.strerror or exc})"
+        raise typer.BadParameter(f"127.0.0.1:{port} is {reason}", param_hint="--http") from None
+    finally:
+        probe.close()
+
+
+@app.command("demo-server", help=DEMO_HELP, short_help="Serve a folder of Jupyter notebooks with mcpcache.")
 def demo_server(
     directory: Annotated[
         Path,
-        typer.Option("--dir", help="Folder of notebooks to serve (paths outside it and symbolic links are refused)."),
+        typer.Option(
+            "--dir",
+            metavar="DIR",
+            help="Folder of notebooks to serve (paths outside it and symbolic links are refused).",
+        ),
     ] = Path("."),
     http: Annotated[
         int | None,
@@ -40,34 +159,59 @@ def demo_server(
         int | None,
         typer.Option("--generate", metavar="N", help="First write a realistic notebook of N cells, demo-N.ipynb."),
     ] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed for --generate.", hidden=True)] = 0,
+    ttl_ms: Annotated[
+        int,
+        typer.Option(
+            "--ttl-ms",
+            metavar="MS",
+            help="How long answers of the read tools stay fresh; 0: a client revalidates before every reuse.",
+        ),
+    ] = 5000,
     validator: Annotated[
-        bool, typer.Option("--validator/--no-validator", help="Tag from the file's hash.", hidden=True)
+        bool,
+        typer.Option(
+            "--validator",
+            metavar="",
+            help="Tag read_notebook and read_cell from the file's hash, before the tool runs: an unchanged "
+            "notebook is not even read.",
+        ),
     ] = False,
+    no_revalidation: Annotated[
+        bool,
+        typer.Option(
+            "--no-revalidation",
+            metavar="",
+            help="Plain FastMCP, without mcpcache: no tags, no 'not modified'. The upstream to put an mcpcache "
+            "proxy or gateway in front of, and the benchmark's baseline.",
+        ),
+    ] = False,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for --generate.", hidden=True)] = 0,
     memo: Annotated[bool, typer.Option("--memo", help="Add FastMCP's ResponseCachingMiddleware.", hidden=True)] = False,
-    revalidation: Annotated[
-        bool, typer.Option("--revalidation/--no-revalidation", help="Install mcpcache at all.", hidden=True)
-    ] = True,
-    ttl_ms: Annotated[int, typer.Option("--ttl-ms", help="Freshness the read tools announce.", hidden=True)] = 5000,
     peer_sha256: Annotated[
         bool, typer.Option("--peer-sha256", help="The SHA-256 revalidation peer instead of mcpcache.", hidden=True)
     ] = False,
 ) -> None:
-    """Serve a folder of Jupyter notebooks with mcpcache (stdio by default)."""
-    from mcpcache.demo.notebooks import generate_notebook
-    from mcpcache.demo.server import build_demo_server
-
+    # Every argument is checked before anything is written or served.
+    revalidation = not no_revalidation
     if not directory.is_dir():
         raise typer.BadParameter(f"not a folder: {directory}", param_hint="--dir")
     if validator and not revalidation:
         raise typer.BadParameter("--validator needs mcpcache (drop --no-revalidation)", param_hint="--validator")
-    if generate is not None:
-        if generate < 1:
-            raise typer.BadParameter("must be at least 1", param_hint="--generate")
-        written = generate_notebook(directory / f"demo-{generate}.ipynb", generate, seed=seed)
-        _say(f"mcpcache: wrote {written} ({written.stat().st_size:,} bytes, {generate} cells)")
+    if generate is not None and generate < 1:
+        raise typer.BadParameter("must be at least 1", param_hint="--generate")
     if not 0 <= ttl_ms <= 86_400_000:
         raise typer.BadParameter("must be between 0 and 86400000", param_hint="--ttl-ms")
+    if http is not None:
+        _check_port(http)
+    require("cli", "the demo server")
+    from mcpcache.demo.server import build_demo_server
+
+    if generate is not None:
+        # Only here: nbformat's schema validation costs seconds of start-up that serving never needs.
+        from mcpcache.demo.notebooks import generate_notebook
+
+        written = generate_notebook(directory / f"demo-{generate}.ipynb", generate, seed=seed)
+        _say(f"mcpcache: wrote {written} ({written.stat().st_size:,} bytes, {generate} cells)")
     if peer_sha256:
         revalidation = False
     server = build_demo_server(
@@ -80,7 +224,15 @@ def demo_server(
         server.run(transport="http", host="127.0.0.1", port=http, show_banner=False)
 
 
-@app.command("bench")
+BENCH_HELP = (
+    "Bytes, time and tokens per read of a large notebook, every configuration interleaved in rounds."
+    "\n\n"
+    "With no options: the 5 MB notebook over streamable HTTP on 127.0.0.1, all seven configurations, 40 rounds "
+    "(about two minutes). Results go to DIR/bench.json and DIR/bench-http.png."
+)
+
+
+@app.command("bench", help=BENCH_HELP)
 def bench(
     out: Annotated[
         Path, typer.Option("--out", metavar="DIR", help="Where bench.json, its PNGs and the notebooks go.")
@@ -128,18 +280,12 @@ def bench(
         ),
     ] = None,
 ) -> None:
-    """Bytes, time and tokens per read of a large notebook, every configuration interleaved in rounds.
-
-    With no options: the 5 MB notebook over streamable HTTP on 127.0.0.1, all seven configurations, 40
-    rounds (about two minutes). Results go to DIR/bench.json and DIR/bench-http.png.
-    """
     import os
 
+    require("bench", "the benchmark")
     from rich.console import Console
 
     from mcpcache.bench import report
-    from mcpcache.bench.configs import select
-    from mcpcache.bench.runner import MODES, BenchArgs, parse_size, result_stem, run_bench
 
     # Piped or captured, rich would assume 80 columns; the tables are laid out for 100.
     console = Console() if sys.stdout.isatty() or "COLUMNS" in os.environ else Console(width=100)
@@ -159,6 +305,10 @@ def bench(
     except report.NotABenchFile as exc:
         print(f"mcpcache bench: {exc}", file=sys.stderr)  # one line, unwrapped
         raise typer.Exit(2) from None
+    # Only a run needs the runner (and the clients and servers it imports: seconds).
+    from mcpcache.bench.configs import select
+    from mcpcache.bench.runner import MODES, BenchArgs, parse_size, result_stem, run_bench
+
     if full and quick:
         raise typer.BadParameter("choose one of --full and --quick", param_hint="--full")
     mode = MODES["full" if full else "quick" if quick else "default"]
@@ -195,11 +345,91 @@ def bench(
         console.print(f"a quick run is a smoke test: it never replaces {out / result_stem('default')}.json")
 
 
+# mcpcache gateway ----------------------------------------------------------------------------------
+
+
+@app.command("gateway", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def gateway(
+    ctx: typer.Context,
+    config: Annotated[
+        Path | None, typer.Option("--config", metavar="FILE", help="The gateway's TOML configuration.")
+    ] = None,
+    upstream: Annotated[
+        str | None,
+        typer.Option(
+            "--upstream",
+            metavar="URL",
+            help="For a first try without a file: one upstream, a URL, or `--upstream -- COMMAND...` for stdio.",
+        ),
+    ] = None,
+    tool: Annotated[
+        list[str] | None,
+        typer.Option("--tool", metavar="NAME=TTL_MS", help="Declare a tool (with --upstream); add :public or :notag."),
+    ] = None,
+    redis: Annotated[
+        str | None, typer.Option("--redis", metavar="URL", help="Share one Redis store with other replicas.")
+    ] = None,
+    host: Annotated[str | None, typer.Option("--host", help="Listen address (default 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option("--port", help="Listen port (default 8765; 0: any free port).")] = None,
+) -> None:
+    """Serve upstream MCP servers over streamable HTTP, stamping tags and answering not-modified for the
+    tools the configuration declares (docs/gateway.md)."""
+    from mcpcache.gateway.config import ConfigError, load_config, quick_config, with_overrides
+
+    # Click ends options at `--`: `--upstream -- python -m server` leaves "--" as the option's value.
+    command = list(ctx.args)
+    if upstream == "--":
+        upstream = None
+    try:
+        if command and command[0].startswith("-") and not (upstream is None and config is None):
+            raise ConfigError(f"unknown option {command[0]}")
+        if config is not None:
+            if upstream is not None or command or tool:
+                raise ConfigError("--config names the upstreams and tools: drop --upstream, --tool and any command")
+            settings = load_config(config)
+        elif upstream is not None or command:
+            if upstream is not None and command:
+                raise ConfigError(f"give one upstream, a URL or a command after --, not both (got {' '.join(command)})")
+            settings = quick_config(url=upstream, command=command or None, tools=tool or [])
+        else:
+            raise ConfigError("name the upstreams: --config FILE, or --upstream URL, or --upstream -- COMMAND...")
+        settings = with_overrides(settings, redis=redis, host=host, port=port)
+    except ConfigError as exc:
+        print(f"mcpcache gateway: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
+
+    from mcpcache.bench.common import free_port
+    from mcpcache.gateway.app import build_gateway, open_store
+
+    serve = settings.gateway
+    bound = serve.port or free_port()
+    try:
+        shared = open_store(settings.store) if settings.store is not None else None
+        server = build_gateway(settings, store=shared).server
+    except (OSError, ValueError) as exc:  # an unreadable key file, say: one line, nothing started
+        print(f"mcpcache gateway: cannot start: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    declared = [
+        f"{up.public_name(name)} ({t.ttl_ms if t.ttl_ms is not None else 'upstream'} ms, {t.scope})"
+        for up in settings.upstreams.values()
+        for name, t in up.tools.items()
+    ]
+    where = "; ".join(f"{name}: {up.url or ' '.join(up.command or [])}" for name, up in settings.upstreams.items())
+    store_text = "none (tags and not-modified only)"
+    if settings.store is not None:
+        store_text = settings.store.redis or settings.store.sqlite or "memory (this process only)"
+    _say(f"mcpcache gateway: serving http://{serve.host}:{bound}{serve.path}")
+    _say(f"  upstreams: {where}")
+    _say(f"  declared: {', '.join(declared) or 'none (every tool passes through untouched)'}")
+    _say(f"  store: {store_text}; auth: {settings.auth.kind}")
+    server.run(transport="http", host=serve.host, port=bound, path=serve.path, show_banner=False)
+
+
 # -- mcpcache check ------------------------------------------------------------------------------------
 
 # Imported here, with the check command, so that cli.py merges cleanly.
 from collections.abc import Callable  # noqa: E402
-from typing import Any, NoReturn  # noqa: E402
+from typing import NoReturn  # noqa: E402
 
 from typer.core import TyperCommand  # noqa: E402
 

@@ -7,22 +7,23 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import platformdirs
+
 if TYPE_CHECKING:
     from mcpcache.stores.base import Store
 
 
 def cache_dir() -> Path:
-    """`$MCPCACHE_DIR`, else `$XDG_CACHE_HOME/mcpcache`, else `~/.cache/mcpcache` (created on demand).
+    """`$MCPCACHE_DIR`, else the platform's user cache folder for mcpcache (created on demand).
+
+    That folder is platformdirs' `user_cache_dir`: `$XDG_CACHE_HOME/mcpcache`, else `~/.cache/mcpcache`, on
+    Linux; `~/Library/Caches/mcpcache` on macOS; `%LOCALAPPDATA%\\mcpcache\\Cache` on Windows.
 
     Cached tool answers can be private: the folder is created readable by its owner only (0700), and the
     `mcpcache` folder of the default location is made so if an older version created it more open. A folder
     named by `$MCPCACHE_DIR` that already exists is the user's, and is left as it is."""
     explicit = os.environ.get("MCPCACHE_DIR")
-    if explicit:
-        base = Path(explicit)
-    else:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        base = (Path(xdg) if xdg else Path.home() / ".cache") / "mcpcache"
+    base = Path(explicit) if explicit else Path(platformdirs.user_cache_dir("mcpcache", appauthor=False))
     base.mkdir(mode=0o700, parents=True, exist_ok=True)  # parents get the umask's mode; only ours is private
     if not explicit:
         with contextlib.suppress(OSError):  # a folder of another owner: its mode is not ours to change

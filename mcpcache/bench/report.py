@@ -55,9 +55,13 @@ def factor(x: float | None) -> str:
 def load(path: Path) -> dict[str, Any]:
     """A bench.json (either format), with its summaries computed again from its raw operations."""
     try:
-        document = orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError) as exc:
-        raise NotABenchFile(f"{path}: cannot read it as JSON ({exc})") from exc
+        data = path.read_bytes()
+    except OSError as exc:
+        raise NotABenchFile(f"{path}: cannot read it ({(exc.strerror or str(exc)).lower()})") from exc
+    try:
+        document = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise NotABenchFile(f"{path}: not JSON ({exc})") from exc
     if not isinstance(document, dict) or not isinstance(document.get("raw"), list) or "args" not in document:
         raise NotABenchFile(f"{path}: not a bench.json (no raw operations and arguments in it)")
     if document.get("format", 1) > FORMAT:

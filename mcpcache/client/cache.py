@@ -339,7 +339,9 @@ class ToolCache:
         stored = self._private_answer(looked.found)
         if stored is None:
             return None
-        return stored, CallOutcome("fresh_hit", False, looked.decision.reason, bytes_saved=looked.found.size)
+        left_ms = max(0, int((looked.found.entry.fresh_until() - self.clock()) * 1000))
+        outcome = CallOutcome("fresh_hit", False, looked.decision.reason, looked.found.size, fresh_for_ms=left_ms)
+        return stored, outcome
 
     async def _unreadable(self, looked: _Looked) -> _Looked:
         """A stored answer that cannot be decoded goes, and the call is a miss."""

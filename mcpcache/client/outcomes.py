@@ -20,6 +20,9 @@ class CallOutcome:
     bytes_saved: int = 0
     coalesced: bool = False
     """True when this call waited for an identical call in flight instead of sending its own."""
+    fresh_for_ms: int | None = None
+    """Fresh hits: how much longer the stored answer stays fresh (what a cache serving other clients, such as
+    `mcpcache gateway`, hands on as their ttlMs instead of the whole ttl again). None otherwise."""
 
 
 @dataclass

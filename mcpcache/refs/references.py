@@ -17,12 +17,15 @@ decoded once however often it is named, and every value placed in the call is it
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import anyio.to_thread
 
 from mcpcache.paths import default_store
 from mcpcache.refs.uri import CacheUri, PointerError, UriError, is_cache_uri, mint, parse, resolve_pointer
@@ -38,7 +41,7 @@ from mcpcache.refs.view import (
     shorten,
 )
 from mcpcache.stores.base import Item, Store
-from mcpcache.tokens import TokenCount, count_tokens
+from mcpcache.tokens import OFF_LOOP_CHARS, TokenCount, count_tokens_async
 
 logger = logging.getLogger("mcpcache.refs")
 
@@ -269,7 +272,7 @@ class References:
     async def _store(
         self, body: bytes, exact: bool, *, server: str, tool: str, arguments: Mapping[str, Any] | None
     ) -> StoredReference:
-        tokens = count_tokens(body.decode())
+        tokens = await count_tokens_async(body)
         uri = mint(self.conversation_id)
         now = self.clock()
         source = Source(server, tool, dict(arguments or {}))
@@ -318,23 +321,32 @@ class References:
     async def _for_model(
         self, result: Any, *, server: str, tool: str, arguments: Mapping[str, Any] | None
     ) -> ModelView:
+        # Encoding (and decoding, in load and resolve) stays on the loop: orjson holds the GIL for the whole
+        # call, so in a worker thread it would stall the loop just as long (an 8 MB decode: about 60-100 ms
+        # either way). Token counting is what runs long, and it is cut into pieces the loop runs between.
         payload = payload_of(result)
         body, exact = encode_json(payload.value)
         if payload.is_error or len(body) < self.threshold_bytes:
-            tokens = count_tokens(body.decode()) if len(body) < 1_000_000 else TokenCount(len(body) // 4, "estimate")
+            tokens = await count_tokens_async(body) if len(body) < 1_000_000 else TokenCount(len(body) // 4, "estimate")
             return ModelView(envelope_of(payload.value, None), None, len(body), tokens, [])
         try:
             stored = await self._store(body, exact, server=server, tool=tool, arguments=arguments)
         except PayloadTooLarge as exc:
             logger.info("tool %r: result not stored by reference (%s); the model gets it whole", cut(str(tool)), exc)
-            return ModelView(envelope_of(payload.value, None), None, len(body), count_tokens(body.decode()), [])
+            return ModelView(envelope_of(payload.value, None), None, len(body), await count_tokens_async(body), [])
         except Exception:
             logger.warning("could not store a result by reference; the model gets it whole", exc_info=True)
-            return ModelView(envelope_of(payload.value, None), None, len(body), count_tokens(body.decode()), [])
+            return ModelView(envelope_of(payload.value, None), None, len(body), await count_tokens_async(body), [])
         envelope = envelope_of(payload.value, stored.uri)
         shortened: list[str] = []
         if self.max_view_bytes is not None:
-            envelope, shortened = shorten(payload.value, envelope, stored.uri, self.max_view_bytes)
+            if len(body) < OFF_LOOP_CHARS:
+                envelope, shortened = shorten(payload.value, envelope, stored.uri, self.max_view_bytes)
+            else:
+                # Shortening measures members and counts the tokens of every one it elides, call by call:
+                # in a worker thread the event loop runs between those calls.
+                cut_view = functools.partial(shorten, payload.value, envelope, stored.uri, self.max_view_bytes)
+                envelope, shortened = await anyio.to_thread.run_sync(cut_view, abandon_on_cancel=True)
         return ModelView(envelope, stored.uri, stored.size_bytes, stored.tokens, shortened)
 
     # -- resolving ----------------------------------------------------------------------------------

@@ -52,10 +52,13 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-import redis.asyncio
-import redis.exceptions
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
+from mcpcache.extras import needs
+
+with needs("redis", "the Redis store"):
+    import redis.asyncio
+    import redis.exceptions
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
 
 from mcpcache.stores.base import (
     Item,

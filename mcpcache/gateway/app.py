@@ -1,0 +1,224 @@
+"""Build the gateway from its configuration: FastMCP proxies of the upstreams, the auth that verifies
+callers, the shared store, and the middleware that stamps and serves the declared tools.
+
+The gateway is a FastMCP server whose tools, resources and prompts come from one `ProxyProvider` per
+upstream (FastMCP's own proxy: lists, resources, prompts, progress and the rest pass through as FastMCP
+relays them). `GatewayMiddleware` is the outermost middleware and handles only the tools the
+configuration declares.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import orjson
+from fastmcp import Client, FastMCP
+from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
+from fastmcp.server.auth import TokenVerifier
+from fastmcp.server.dependencies import get_context
+from fastmcp.server.providers.proxy import ProxyClient, ProxyProvider
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from mcpcache.client.wrappers import stdio_server_id, url_server_id
+from mcpcache.gateway.config import (
+    DEFAULT_DECODED_BYTES,
+    DEFAULT_PARTITIONS,
+    AuthSettings,
+    GatewayConfig,
+    StoreSettings,
+    UpstreamSettings,
+)
+from mcpcache.gateway.decisions import Route
+from mcpcache.gateway.middleware import GatewayMiddleware, PartitionCaches
+from mcpcache.server.fastmcp import RevalidationCapability
+from mcpcache.stores.base import Store
+
+__all__ = ["Gateway", "Upstream", "assemble_gateway", "build_auth", "build_gateway", "open_store", "upstream_of"]
+
+STDIO_ERA = "stdio:auto"
+"""The era part of store keys for a stdio upstream: one long-lived session, negotiated once (`mode="auto"`)."""
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """How the gateway reaches one upstream, and the identity its answers are stored under."""
+
+    name: str
+    settings: UpstreamSettings
+    server_id: str
+    client_factory: Callable[[], Client[Any]]
+    era: str | None
+    """The era in store keys: None means the caller's (HTTP upstreams speak the caller's era)."""
+    close: Callable[[], Awaitable[None]] | None = None
+    """Ends what the upstream keeps running between calls (a stdio upstream's process)."""
+
+
+def _headers(settings: UpstreamSettings, environ: Mapping[str, str]) -> dict[str, str]:
+    headers = dict(settings.headers)
+    for header, variable in settings.headers_env.items():
+        headers[header] = environ[variable]
+    return headers
+
+
+def _front_era_mode() -> str | None:
+    """The connect mode that makes the upstream speak the caller's era (as FastMCP's own proxy does)."""
+    try:
+        request = get_context().request_context
+    except RuntimeError:
+        return None
+    if request is None:
+        return None
+    return request.protocol_version if request.protocol_version in MODERN_PROTOCOL_VERSIONS else "legacy"
+
+
+def upstream_of(name: str, settings: UpstreamSettings, environ: Mapping[str, str]) -> Upstream:
+    """The upstream's client factory and identity.
+
+    Identity (the server part of every store key): for a URL, the URL without credentials; for a command,
+    the command, its arguments, working directory and environment (hashed). The headers the gateway sends
+    upstream (its own credentials, say) are hashed in too: answers fetched as one principal are never
+    served as another's. Forwarding callers' headers is a different upstream again.
+
+    HTTP: a new upstream session per call, in the caller's era (FastMCP's proxy default; caller headers
+    are forwarded only when configured). stdio: one long-lived process and session (`keep_alive`), which
+    can speak only one era, so the gateway asks for the upstream's best (`mode="auto"`).
+    """
+    if settings.url is not None:
+        headers = _headers(settings, environ)
+        server_id = url_server_id(settings.url)
+        if headers:
+            digest = hashlib.sha256(orjson.dumps(sorted((k.lower(), v) for k, v in headers.items()))).hexdigest()
+            server_id += f"|headers:{digest}"
+        if settings.forward_headers:
+            server_id += "|forwarded-caller-headers"
+        # No bound on one server-sent event: a multi-megabyte answer is one event. One TLS context for every
+        # call: each call opens a new upstream session, and building a context (loading the CA bundle) for
+        # each cost more than the rest of a call's overhead together.
+        http = StreamableHttpTransport(
+            settings.url, headers=headers, verify=httpx2.create_ssl_context(), max_sse_event_size=None
+        )
+        base: ProxyClient[Any] = ProxyClient(http, forward_incoming_headers=settings.forward_headers)
+
+        def http_factory() -> Client[Any]:
+            fresh = base.new()
+            mode = _front_era_mode()
+            if mode is not None:
+                fresh.mode = mode
+            return fresh
+
+        return Upstream(name, settings, server_id, http_factory, None)
+    assert settings.command is not None
+    program, *args = settings.command
+    env = dict(settings.env) if settings.env is not None else None
+    stdio = StdioTransport(program, args, env=env, cwd=settings.cwd, keep_alive=True)
+    stdio_base: ProxyClient[Any] = ProxyClient(stdio, forward_incoming_headers=False, mode="auto")
+    server_id = stdio_server_id(program, args, settings.cwd, env)
+    return Upstream(name, settings, server_id, stdio_base.new, STDIO_ERA, stdio.close)
+
+
+def build_auth(settings: AuthSettings, environ: Mapping[str, str]) -> TokenVerifier | None:
+    """FastMCP's verifier for the configured auth (None: callers are not authenticated)."""
+    required = list(settings.required_scopes) or None
+    if settings.kind == "static":
+        from fastmcp.server.auth.providers.jwt import StaticTokenVerifier
+
+        tokens: dict[str, dict[str, Any]] = {}
+        for token in settings.tokens:
+            secret = token.token if token.token is not None else environ[token.token_env or ""]
+            tokens[secret] = {"client_id": token.client_id, "scopes": list(token.scopes), "sub": token.subject}
+        return StaticTokenVerifier(tokens, required_scopes=required)
+    if settings.kind == "jwt":
+        from fastmcp.server.auth.providers.jwt import JWTVerifier
+
+        jwt = settings.jwt
+        assert jwt is not None
+        key = jwt.public_key
+        if jwt.public_key_file is not None:
+            key = Path(jwt.public_key_file).read_text(encoding="utf-8")
+        return JWTVerifier(
+            public_key=key,
+            jwks_uri=jwt.jwks_uri,
+            issuer=jwt.issuer,
+            audience=jwt.audience,
+            algorithm=jwt.algorithm,
+            required_scopes=required,
+        )
+    return None
+
+
+def open_store(settings: StoreSettings) -> Store:
+    if settings.redis is not None:
+        from mcpcache.stores.redis import RedisStore
+
+        return RedisStore(settings.redis, namespace=settings.namespace)
+    if settings.sqlite is not None:
+        from mcpcache.stores.sqlite import SQLiteStore
+
+        return SQLiteStore(settings.sqlite, namespace=settings.namespace)
+    from mcpcache.stores.memory import MemoryStore
+
+    return MemoryStore()
+
+
+@dataclass
+class Gateway:
+    """The gateway's server and what it holds open: `aclose` ends stdio upstreams and closes the store."""
+
+    server: FastMCP[Any]
+    upstreams: Sequence[Upstream]
+    store: Store | None
+
+    async def aclose(self) -> None:
+        for upstream in self.upstreams:
+            if upstream.close is not None:
+                await upstream.close()
+        if self.store is not None:
+            await self.store.close()
+
+
+def build_gateway(
+    config: GatewayConfig, *, store: Store | None = None, environ: Mapping[str, str] | None = None
+) -> Gateway:
+    """The gateway. `store`: the shared store (None: tags and not-modified replies only)."""
+    env = os.environ if environ is None else environ
+    upstreams = [upstream_of(name, settings, env) for name, settings in config.upstreams.items()]
+    server = assemble_gateway(config, upstreams, store=store, auth=build_auth(config.auth, env))
+    return Gateway(server, upstreams, store)
+
+
+def assemble_gateway(
+    config: GatewayConfig, upstreams: Sequence[Upstream], *, store: Store | None, auth: TokenVerifier | None
+) -> FastMCP[Any]:
+    """The gateway over upstreams already reachable (`build_gateway` makes them from the configuration)."""
+    for _, why in config.clashes():
+        raise ValueError(why)
+    # The gateway answers discovery itself (FastMCP's ProxyMetadataMiddleware would ask the upstream during
+    # every caller's handshake, so a slow or down upstream would fail callers' connections).
+    server: FastMCP[Any] = FastMCP(config.gateway.name, instructions=config.gateway.instructions, auth=auth)
+    routes: dict[str, Route] = {}
+    for upstream in upstreams:
+        server.add_provider(ProxyProvider(upstream.client_factory), namespace=upstream.settings.namespace or "")
+        for tool, tool_settings in upstream.settings.tools.items():
+            public = upstream.settings.public_name(tool)
+            routes[public] = Route(public, upstream.name, tool, upstream.server_id, tool_settings, upstream.era)
+    caches = None
+    if store is not None:
+        store_settings = config.store
+        caches = PartitionCaches(
+            store,
+            meta_key=config.gateway.meta_key,
+            decoded_bytes=store_settings.decoded_bytes if store_settings else DEFAULT_DECODED_BYTES,
+            partitions=store_settings.partitions if store_settings else DEFAULT_PARTITIONS,
+        )
+    middleware = GatewayMiddleware(
+        routes, caches=caches, partition_by=config.auth.partition_by, meta_key=config.gateway.meta_key
+    )
+    server.middleware.insert(0, middleware)
+    server.add_extension(RevalidationCapability(config.gateway.meta_key))
+    return server

@@ -1,0 +1,222 @@
+"""The gateway's decisions, with no I/O: each a pure function returning a typed value with a reason.
+
+- `read_upstream`: what the gateway makes of an upstream answer: the policy its answer is stamped with
+  (configured ttl/scope merged with the upstream's own cache block, if it sent one) and where the tag
+  comes from (the upstream's own tag, the hash of the answer, or none).
+- `decide_store`: whether a call goes through the shared store, and in which partition.
+- `partition_of`: the partition of a verified caller (never of anything the caller can choose freely).
+- `client_ttl_ms`: the freshness handed to a caller for an answer served from the store (what is left
+  of the entry's, not the whole ttl again).
+
+The answers themselves (stamp, or not-modified) are `mcpcache.server.core.decide_after_body`, the same
+decision a server using mcpcache makes: the gateway is such a server for its callers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import orjson
+
+from mcpcache.etag import weak_equal
+from mcpcache.gateway.config import ToolSettings
+from mcpcache.protocol import CacheBlock
+from mcpcache.server.policies import CachePolicy
+
+__all__ = [
+    "ANONYMOUS_PARTITION",
+    "AskAgainWithoutTag",
+    "Direct",
+    "Principal",
+    "Route",
+    "TagFromAnswer",
+    "TagFromUpstream",
+    "UpstreamNotModified",
+    "UseStore",
+    "client_ttl_ms",
+    "decide_store",
+    "partition_of",
+    "read_upstream",
+]
+
+
+@dataclass(frozen=True)
+class Route:
+    """A declared tool as the gateway routes it: the name callers use, the upstream's own name for it, the
+    upstream's identity (the first part of every store key) and the configured treatment."""
+
+    public_name: str
+    upstream: str
+    tool: str
+    server_id: str
+    settings: ToolSettings
+    era: str | None = None
+    """The protocol era in store keys; None: the caller's (an upstream that speaks each caller's era)."""
+
+
+# What an upstream answer becomes ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TagFromUpstream:
+    """The upstream stamped a tag of its own: it is the answer's tag (the gateway hashes nothing)."""
+
+    policy: CachePolicy
+    tag: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class TagFromAnswer:
+    """Tag the answer by hashing it (`policy.etag`), or stamp no tag (not `policy.etag`)."""
+
+    policy: CachePolicy
+    reason: str
+
+
+@dataclass(frozen=True)
+class UpstreamNotModified:
+    """The upstream confirmed the tag the gateway forwarded: answer not-modified with `policy`'s block."""
+
+    policy: CachePolicy
+    tag: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class AskAgainWithoutTag:
+    """A not-modified reply that names no tag the gateway sent: never an answer; ask once more, unconditionally."""
+
+    reason: str
+
+
+UpstreamReading = TagFromUpstream | TagFromAnswer | UpstreamNotModified | AskAgainWithoutTag
+
+
+def effective_policy(settings: ToolSettings, upstream: CacheBlock | None) -> CachePolicy:
+    """The configured treatment merged with the upstream's own block.
+
+    ttl: the configured one, else the upstream's, else 0. scope: public only if the configuration says
+    public and the upstream, if it stamped, says public too (either side may narrow, neither may widen).
+    """
+    if settings.ttl_ms is not None:
+        ttl = settings.ttl_ms
+    else:
+        ttl = upstream.ttl_ms if upstream is not None and upstream.ttl_ms is not None else 0
+    public = settings.scope == "public" and (upstream is None or upstream.cache_scope == "public")
+    return CachePolicy(ttl_ms=ttl, scope="public" if public else "private", kind=settings.kind, etag=settings.etag)
+
+
+def read_upstream(
+    settings: ToolSettings, upstream: CacheBlock | None, forwarded: str | None, *, is_error: bool
+) -> UpstreamReading:
+    """`upstream`: the cache block on the upstream's answer (None: it sent none); `forwarded`: the tag the
+    gateway sent upstream with the call (None: an ordinary call)."""
+    policy = effective_policy(settings, upstream)
+    if upstream is not None and upstream.not_modified:
+        if is_error or forwarded is None or upstream.etag is None or not weak_equal(upstream.etag, forwarded):
+            return AskAgainWithoutTag("the upstream answered not-modified, but not to the tag that was sent")
+        if not settings.etag:
+            return AskAgainWithoutTag("the upstream answered not-modified to a tool the gateway does not tag")
+        return UpstreamNotModified(policy, upstream.etag, "the upstream confirmed the tag itself")
+    if settings.etag and upstream is not None and upstream.etag is not None:
+        return TagFromUpstream(policy, upstream.etag, "the upstream's own tag (the answer is not hashed again)")
+    if settings.etag:
+        return TagFromAnswer(policy, "tagged from the answer (the upstream stamps no tag)")
+    return TagFromAnswer(policy, "configured not to tag")
+
+
+def forwarded_tag(settings: ToolSettings, requested: str | None) -> str | None:
+    """The tag sent upstream with a call: the one the caller (or the store) holds, when the tool is tagged.
+
+    An upstream that never heard of mcpcache ignores it; one that stamps its own tags answers
+    not-modified itself, which saves the bytes between it and the gateway (and, with a validator, its work).
+    """
+    return requested if settings.etag else None
+
+
+# Through the store, or not ------------------------------------------------------------------------
+
+
+ANONYMOUS_PARTITION = "anonymous"
+"""The partition of callers the gateway cannot identify. Only public answers are ever kept for it, and it
+is never the digest of a credential, so no caller's private partition can coincide with it."""
+
+
+@dataclass(frozen=True)
+class UseStore:
+    """Serve and keep through the shared store, in `partition`.
+
+    `private_stays_out`: the caller is anonymous, so an answer that turns out private (the upstream
+    narrowed a public tool) is handed back without being kept."""
+
+    partition: str
+    private_stays_out: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class Direct:
+    """Call the upstream for this caller; nothing is looked up or kept."""
+
+    reason: str
+
+
+StorePlan = UseStore | Direct
+
+
+def decide_store(has_store: bool, partition: str | None, settings: ToolSettings) -> StorePlan:
+    """`partition`: the verified caller's (None: the caller is anonymous)."""
+    if not has_store:
+        return Direct("no shared store: tags and not-modified replies only")
+    if partition is not None:
+        return UseStore(partition, False, "through the store, in the caller's partition")
+    if settings.scope == "private":
+        return Direct("anonymous caller: private answers are never kept or served from the store")
+    return UseStore(ANONYMOUS_PARTITION, True, "anonymous caller: public answers only")
+
+
+# Partitions -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Principal:
+    """What the gateway's auth verified about a caller (from FastMCP's `AccessToken`)."""
+
+    token: str
+    client_id: str
+    subject: str | None = None
+    issuer: str | None = None
+    scopes: Sequence[str] = ()
+
+
+PartitionBy = Literal["principal", "token"]
+
+
+def partition_of(principal: Principal | None, by: PartitionBy) -> str | None:
+    """The caller's partition: a SHA-256 of what the verifier vouched for; None for an anonymous caller.
+
+    principal: the identity (issuer, subject, client id) and its scopes, so a refreshed token keeps its
+    partition; token: the token itself, so no two tokens ever share one.
+    """
+    if principal is None:
+        return None
+    if by == "token":
+        fields: list[object] = ["token", hashlib.sha256(principal.token.encode()).hexdigest()]
+    else:
+        fields = ["principal", principal.issuer, principal.subject, principal.client_id, sorted(principal.scopes)]
+    return "caller:" + hashlib.sha256(orjson.dumps(fields)).hexdigest()
+
+
+# What a caller is told about freshness -----------------------------------------------------------
+
+
+def client_ttl_ms(block_ttl_ms: int | None, fresh_for_ms: int | None) -> int | None:
+    """The ttlMs handed on with an answer: for one served fresh from the store, what is left of the entry's
+    freshness (a cache that handed on the whole ttl again would stretch it); otherwise the block's."""
+    if block_ttl_ms is None or fresh_for_ms is None:
+        return block_ttl_ms
+    return max(0, min(block_ttl_ms, fresh_for_ms))

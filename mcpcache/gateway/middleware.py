@@ -1,0 +1,384 @@
+"""The gateway's FastMCP middleware: stamps declared tools' answers, answers not-modified, and serves from
+the shared store. It only translates and does I/O; `mcpcache.gateway.decisions` and
+`mcpcache.server.core` decide.
+
+A declared tool's call goes one of two ways (`decide_store`):
+
+- direct: the call goes upstream (with the caller's tag, if any, forwarded: an upstream that stamps its
+  own tags answers not-modified itself), and the answer is stamped with a tag, its own or the hash of
+  what upstream answered; a caller that sent that tag gets a not-modified reply instead;
+- through the store: a `ToolCache` per caller partition over the shared store asks the same upstream leg
+  (`_UpstreamConnection`), so a fresh entry is served without calling upstream, by any replica, and a
+  stale one is revalidated with its tag (the upstream runs, the gateway compares, the store's copy is
+  kept). The caller then gets the stored answer, or a not-modified reply if it sent the same tag.
+
+Tools that are not declared are left to FastMCP's proxy untouched: the caller's request `_meta` goes
+upstream as it came and the upstream's answer comes back as it went.
+
+How the upstream call carries the tag the gateway chooses: FastMCP's `ProxyTool` forwards the `_meta` of
+the request context bound in `fastmcp.server.dependencies.fastmcp_request_ctx` (a public export). The
+leg binds a copy of the caller's context whose `_meta` has the cache block replaced, for the one call;
+tests/gateway/test_gateway.py fails if a FastMCP release stops forwarding it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping
+from typing import Any, assert_never
+
+import mcp_types as mt
+from cachetools import LRUCache
+from fastmcp.server.auth import AccessToken
+from fastmcp.server.dependencies import FastMCPRequestContext, fastmcp_request_ctx, get_access_token
+from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
+from fastmcp.tools.base import RawStructuredToolResult, ToolResult
+
+from mcpcache.client.cache import ToolCache
+from mcpcache.etag import CanonicalizationError, content_tag
+from mcpcache.gateway.decisions import (
+    AskAgainWithoutTag,
+    Direct,
+    PartitionBy,
+    Principal,
+    Route,
+    TagFromAnswer,
+    TagFromUpstream,
+    UpstreamNotModified,
+    UseStore,
+    client_ttl_ms,
+    decide_store,
+    forwarded_tag,
+    partition_of,
+    read_upstream,
+)
+from mcpcache.policy import reply_block
+from mcpcache.protocol import META_KEY, NotModifiedReply, requested_etag, with_block
+from mcpcache.server.core import (
+    AfterBody,
+    Answer,
+    AnswerNotModified,
+    SendAsIs,
+    Stamp,
+    decide_after_body,
+    decide_block,
+    not_modified_kind,
+)
+from mcpcache.server.policies import CachePolicy
+from mcpcache.stores.base import Store
+
+__all__ = ["GatewayMiddleware", "PartitionCaches", "current_principal", "principal_of"]
+
+logger = logging.getLogger("mcpcache.gateway")
+
+DEFAULT_KEEP_STALE_S = 3600.0
+
+
+class PartitionCaches:
+    """One `ToolCache` per caller partition over the one shared store, the least recently used dropped first.
+
+    A `ToolCache` serves one partition; dropping one loses nothing stored (the store keeps it), only its
+    decoded copies and its in-flight bookkeeping, which callers already waiting on keep a hold of.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        meta_key: str = META_KEY,
+        decoded_bytes: int,
+        partitions: int,
+        keep_stale_s: float = DEFAULT_KEEP_STALE_S,
+    ) -> None:
+        self.store = store
+        self.meta_key = meta_key
+        self.decoded_bytes = decoded_bytes
+        self.keep_stale_s = keep_stale_s
+        self._caches: LRUCache[str, ToolCache] = LRUCache(maxsize=partitions)
+
+    def get(self, partition: str) -> ToolCache:
+        cache = self._caches.get(partition)
+        if cache is None:
+            # trusted with every declared tool a read (see _UpstreamConnection.read_only): an upstream error
+            # on one call must not end the freshness of every other entry of the partition.
+            cache = ToolCache(
+                self.store,
+                partition=partition,
+                share_public=True,
+                trusted=True,
+                meta_key=self.meta_key,
+                keep_stale_s=self.keep_stale_s,
+                decoded_tier_bytes=self.decoded_bytes,
+            )
+            self._caches[partition] = cache
+        return cache
+
+
+def principal_of(token: AccessToken) -> Principal:
+    """What a verifier vouched for in an access token (FastMCP's `StaticTokenVerifier`, `JWTVerifier`...)."""
+    issuer = token.claims.get("iss") if isinstance(token.claims, Mapping) else None
+    return Principal(
+        token=token.token,
+        client_id=token.client_id or "",
+        subject=token.subject,
+        issuer=issuer if isinstance(issuer, str) else None,
+        scopes=tuple(token.scopes),
+    )
+
+
+def current_principal() -> Principal | None:
+    """The caller as the gateway's own auth verified it; None when there is no verified token."""
+    token = get_access_token()
+    return None if token is None else principal_of(token)
+
+
+def _read_answer(result: ToolResult) -> Answer | None:
+    if getattr(result, "input_required", None) is not None:
+        return None
+    return Answer(result.content, result.structured_content, result.is_error, result.meta)
+
+
+def _as_call_result(result: ToolResult) -> mt.CallToolResult:
+    return mt.CallToolResult(
+        content=result.content,
+        structured_content=result.structured_content,
+        is_error=result.is_error,
+        _meta=result.meta,
+    )
+
+
+def _as_tool_result(result: mt.CallToolResult) -> ToolResult:
+    # Constructed without ToolResult.__init__, which would convert and serialise a multi-megabyte answer
+    # again; it is already in wire form. A non-object structuredContent needs FastMCP's raw class, as
+    # its proxy uses for the same case.
+    kind = ToolResult if result.structured_content is None or isinstance(result.structured_content, dict) else None
+    fields: dict[str, Any] = {
+        "content": list(result.content),
+        "structured_content": result.structured_content,
+        "meta": result.meta,
+        "is_error": result.is_error,
+    }
+    if kind is None:
+        return RawStructuredToolResult.model_construct(**fields)
+    return ToolResult.model_construct(**fields)
+
+
+def _not_modified(reply: NotModifiedReply) -> ToolResult:
+    return ToolResult.model_construct(
+        content=[], structured_content=reply.structured_content, meta=reply.meta, is_error=False
+    )
+
+
+def _unanswerable(name: str) -> ToolResult:
+    text = f"The upstream answered 'not modified' to a call of {name!r} that carried no tag, so there is no answer."
+    return ToolResult.model_construct(
+        content=[mt.TextContent(type="text", text=text)], structured_content=None, meta=None, is_error=True
+    )
+
+
+class _NotAToolAnswer(Exception):
+    """The upstream answered with something other than a tool result (it asks the caller for input)."""
+
+    def __init__(self, result: ToolResult) -> None:
+        super().__init__("not a tool answer")
+        self.result = result
+
+
+class _Leg:
+    """One caller's call of one declared tool, and the upstream call(s) it makes."""
+
+    def __init__(
+        self,
+        route: Route,
+        context: MiddlewareContext[mt.CallToolRequestParams],
+        call_next: CallNext[mt.CallToolRequestParams, ToolResult],
+        front: FastMCPRequestContext | None,
+        meta_key: str,
+    ) -> None:
+        self.route = route
+        self.context = context
+        self.call_next = call_next
+        self.front = front
+        self.meta_key = meta_key
+
+    async def upstream(self, tag: str | None) -> ToolResult:
+        """The upstream's answer to the call, sent with `tag` as its only cache block (or none)."""
+        if self.front is None:
+            return await self.call_next(self.context)
+        meta = {key: value for key, value in (self.front.meta or {}).items() if key != self.meta_key}
+        if tag is not None:
+            meta[self.meta_key] = {"etag": tag}
+        bound = fastmcp_request_ctx.set(dataclasses.replace(self.front, meta=meta or None))
+        try:
+            return await self.call_next(self.context)
+        finally:
+            fastmcp_request_ctx.reset(bound)
+
+    async def answer(self, requested: str | None) -> ToolResult:
+        """The upstream's answer stamped for a caller holding `requested`: stamped, or a not-modified reply."""
+        settings = self.route.settings
+        name = self.route.public_name
+        forwarded = forwarded_tag(settings, requested)
+        while True:
+            result = await self.upstream(forwarded)
+            answer = _read_answer(result)
+            if answer is None:
+                return result  # a request for input goes back to the caller as it came
+            reading = read_upstream(
+                settings, reply_block(result.meta, self.meta_key), forwarded, is_error=answer.is_error
+            )
+            logger.debug("tool %r: %s", name, reading.reason)
+            match reading:
+                case AskAgainWithoutTag():
+                    if forwarded is None:
+                        return _unanswerable(name)
+                    forwarded = None
+                    continue
+                case UpstreamNotModified(policy=policy, tag=tag):
+                    kind = not_modified_kind(name, policy, result.structured_content)
+                    return _not_modified(NotModifiedReply.build(decide_block(policy, tag), kind, self.meta_key))
+                case TagFromUpstream(policy=policy, tag=upstream_tag):
+                    after = decide_after_body(name, policy, requested, upstream_tag, answer, meta_key=self.meta_key)
+                case TagFromAnswer(policy=policy):
+                    own_tag = self._hash(answer) if policy.etag and not answer.is_error else None
+                    after = decide_after_body(name, policy, requested, own_tag, answer, meta_key=self.meta_key)
+                case _:
+                    assert_never(reading)
+            return self.apply(after, result)
+
+    def _hash(self, answer: Answer) -> str | None:
+        try:
+            return content_tag(answer.content, answer.structured_content, answer.meta, meta_key=self.meta_key)
+        except CanonicalizationError as exc:
+            logger.warning("tool %r: answer has no canonical form (%s); sent without a tag", self.route.tool, exc)
+            return None
+
+    def apply(self, after: AfterBody, result: ToolResult) -> ToolResult:
+        logger.debug("tool %r: %s", self.route.public_name, after.reason)
+        match after:
+            case SendAsIs():
+                return result
+            case Stamp(block=block):
+                return result.model_copy(update={"meta": with_block(result.meta, block, self.meta_key)})
+            case AnswerNotModified(reply=reply):
+                return _not_modified(reply)
+            case _:
+                assert_never(after)
+
+
+class _UpstreamConnection:
+    """The `Connection` a partition's `ToolCache` calls upstream through: the leg, answering the tag the
+    cache sends (not the caller's) with a stamped answer or a not-modified reply."""
+
+    timeout_s: float | None = None
+
+    def __init__(self, leg: _Leg, era: str, private_stays_out: bool, meta_key: str) -> None:
+        self.leg = leg
+        self.server_id = leg.route.server_id
+        self.era = era
+        self.private_stays_out = private_stays_out
+        self.meta_key = meta_key
+        self.used = False
+        self.withheld: mt.CallToolResult | None = None
+        """An anonymous caller's answer that turned out private: handed back to the caller, never kept."""
+        self._other: ToolResult | None = None
+
+    async def send(
+        self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None, timeout_s: float | None
+    ) -> mt.CallToolResult | None:
+        self.used = True
+        result = await self.leg.answer(requested_etag(meta, self.meta_key))
+        if _read_answer(result) is None:
+            self._other = result
+            return None
+        answer = _as_call_result(result)
+        block = reply_block(answer.meta, self.meta_key)
+        if self.private_stays_out and block is not None and block.cache_scope == "private" and not block.not_modified:
+            # The cache keeps only answers with a block; without it, this one is handed back and not kept.
+            self.withheld = answer
+            rest = {key: value for key, value in (answer.meta or {}).items() if key != self.meta_key}
+            return answer.model_copy(update={"meta": rest or None})
+        return answer
+
+    async def send_plain(self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None) -> mt.CallToolResult:
+        assert self._other is not None
+        raise _NotAToolAnswer(self._other)
+
+    async def validate(self, name: str, result: mt.CallToolResult) -> None:
+        """The gateway relays answers; the caller checks them against the tool's schema itself."""
+
+    async def read_only(self, name: str) -> bool | None:
+        # Declaring a tool in the gateway's configuration declares it a read: its answers may be kept.
+        return True
+
+
+class GatewayMiddleware(Middleware):
+    """Stamps, revalidates and serves the declared tools of the gateway's upstreams (module docstring)."""
+
+    def __init__(
+        self,
+        routes: Mapping[str, Route],
+        *,
+        caches: PartitionCaches | None = None,
+        partition_by: PartitionBy = "principal",
+        meta_key: str = META_KEY,
+    ) -> None:
+        self.routes = dict(routes)
+        self.caches = caches
+        self.partition_by: PartitionBy = partition_by
+        self.meta_key = meta_key
+
+    async def on_call_tool(
+        self,
+        context: MiddlewareContext[mt.CallToolRequestParams],
+        call_next: CallNext[mt.CallToolRequestParams, ToolResult],
+    ) -> ToolResult:
+        route = self.routes.get(context.message.name)
+        if route is None:
+            return await call_next(context)
+        front = fastmcp_request_ctx.get()
+        settings = route.settings
+        requested = requested_etag(front.meta if front else None, self.meta_key) if settings.etag else None
+        leg = _Leg(route, context, call_next, front, self.meta_key)
+        plan = decide_store(self.caches is not None, partition_of(current_principal(), self.partition_by), settings)
+        logger.debug("tool %r: %s", route.public_name, plan.reason)
+        match plan:
+            case Direct():
+                return await leg.answer(requested)
+            case UseStore(partition=partition, private_stays_out=stays_out):
+                assert self.caches is not None
+                era = route.era or (front.protocol_version if front is not None else "unknown")
+                return await self._through_store(leg, partition, stays_out, era, requested)
+            case _:
+                assert_never(plan)
+
+    async def _through_store(
+        self, leg: _Leg, partition: str, private_stays_out: bool, era: str, requested: str | None
+    ) -> ToolResult:
+        assert self.caches is not None
+        route = leg.route
+        conn = _UpstreamConnection(leg, era, private_stays_out, self.meta_key)
+        try:
+            result, outcome = await self.caches.get(partition).execute(conn, route.tool, leg.context.message.arguments)
+        except _NotAToolAnswer as other:
+            return other.result
+        logger.debug("tool %r: store: %s (%s)", route.public_name, outcome.status, outcome.reason)
+        if conn.withheld is not None:
+            result = conn.withheld
+        block = reply_block(result.meta, self.meta_key)
+        if result.is_error or block is None:
+            if not result.is_error and not conn.used:
+                # Another call's answer, shared in flight, that was handed back unkept: ask for this caller.
+                return await leg.answer(requested)
+            return _as_tool_result(result)
+        fresh_for = outcome.fresh_for_ms if outcome.status == "fresh_hit" else None
+        policy = CachePolicy(
+            ttl_ms=client_ttl_ms(block.ttl_ms, fresh_for) or 0,
+            scope=block.cache_scope,
+            kind=route.settings.kind,
+            etag=block.etag is not None,
+        )
+        answer = Answer(result.content, result.structured_content, False, result.meta)
+        after = decide_after_body(route.public_name, policy, requested, block.etag, answer, meta_key=self.meta_key)
+        return leg.apply(after, _as_tool_result(result))

@@ -1,0 +1,141 @@
+"""The gateway's configuration: the documented example loads, and every mistake is named by line and key."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mcpcache.cli import app
+from mcpcache.gateway.config import (
+    ConfigError,
+    ToolSettings,
+    load_config,
+    parse_config,
+    parse_tool_option,
+    quick_config,
+    with_overrides,
+)
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "gateway.md"
+UPSTREAM = '[upstreams.nb]\nurl = "http://127.0.0.1:8000/mcp"\n'
+
+
+def documented_example() -> str:
+    """The TOML example of docs/gateway.md (the first ```toml block)."""
+    match = re.search(r"```toml\n(.*?)```", DOCS.read_text(encoding="utf-8"), re.S)
+    assert match is not None, "docs/gateway.md has no ```toml example"
+    return match.group(1)
+
+
+def test_the_documented_example_loads() -> None:
+    config = parse_config(documented_example(), environ={"NOTEBOOKS_TOKEN": "t", "ALICE_TOKEN": "a"})
+    assert config.store is not None
+    assert config.store.redis is not None
+    assert config.auth.kind == "static"
+    declared = {up.public_name(tool) for up in config.upstreams.values() for tool in up.tools}
+    assert "read_notebook" in declared
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            UPSTREAM + '\n[upstreams.nb.tools.read_notebook]\nttl_ms = "5s"\n',
+            "g.toml, line 5: upstreams.nb.tools.read_notebook.ttl_ms: must be an integer number of milliseconds "
+            "between 0 and 86400000 (24 h) (got '5s')",
+        ),
+        (
+            UPSTREAM + "\n[upstreams.nb.tools.read_notebook]\nttl_ms = 5000\ntll = 3\n",
+            "g.toml, line 6: upstreams.nb.tools.read_notebook.tll: unknown key",
+        ),
+        (
+            UPSTREAM + "\n[upstreams.nb.tools.read_notebook]\nscope = 'shared'\n",
+            "g.toml, line 5: upstreams.nb.tools.read_notebook.scope: Input should be 'private' or 'public' "
+            "(got 'shared')",
+        ),
+        (
+            '[gateway]\nport = 8000\n\n[upstreams.nb]\nurl = "http://a/mcp"\ncommand = ["srv"]\n',
+            "g.toml, line 4: upstreams.nb: give exactly one of url (streamable HTTP) and command (stdio)",
+        ),
+        ("[gateway]\nport = 8000\n", "g.toml: upstreams: missing (required)"),
+        (
+            UPSTREAM + '\n[store]\nredis = "redis://127.0.0.1:6379"\nsqlite = "x.db"\n',
+            "g.toml, line 4: store: give exactly one of redis, sqlite and memory = true",
+        ),
+        (
+            UPSTREAM + '\n[auth]\nkind = "static"\n',
+            'g.toml, line 4: auth: kind = "static" needs at least one [[auth.tokens]]',
+        ),
+        (
+            UPSTREAM + '[upstreams.nb.tools."read notebook"]\nttl_ms = 1\n[upstreams.other]\ncommand = ["x"]\n'
+            '[upstreams.other.tools."read notebook"]\n',
+            "g.toml, line 7: upstreams.other.tools.\"read notebook\": tool 'read notebook' is also declared by "
+            "upstream 'nb'; give one of them a namespace",
+        ),
+    ],
+)
+def test_a_mistake_is_named_by_line_and_key(text: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_config(text, "g.toml", environ={})
+    assert str(raised.value) == expected
+
+
+def test_bad_toml_names_its_line() -> None:
+    with pytest.raises(ConfigError, match=r"^g.toml: not valid TOML: .*line 3"):
+        parse_config(UPSTREAM + "ttl_ms = = 3\n", "g.toml")
+
+
+def test_a_secret_named_by_an_unset_variable_is_a_startup_error() -> None:
+    text = UPSTREAM + '\n[auth]\nkind = "static"\n\n[[auth.tokens]]\ntoken_env = "GW_NOPE"\nclient_id = "alice"\n'
+    with pytest.raises(ConfigError) as raised:
+        parse_config(text, "g.toml", environ={})
+    assert str(raised.value) == "g.toml, line 8: auth.tokens[0].token_env: environment variable GW_NOPE is not set"
+    assert parse_config(text, "g.toml", environ={"GW_NOPE": "s3cret"}).auth.tokens[0].client_id == "alice"
+
+
+def test_several_mistakes_are_all_named(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.toml"
+    path.write_text(UPSTREAM + "bogus = 1\n[gateway]\nport = -1\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    lines = str(raised.value).splitlines()
+    assert lines == [
+        f"{path}, line 5: gateway.port: Input should be greater than or equal to 0 (got -1)",
+        f"{path}, line 3: upstreams.nb.bogus: unknown key",
+    ]
+
+
+def test_the_one_command_options() -> None:
+    assert parse_tool_option("read_notebook=5000") == ("read_notebook", ToolSettings(ttl_ms=5000))
+    assert parse_tool_option("items=60000:public:notag") == (
+        "items",
+        ToolSettings(ttl_ms=60000, scope="public", etag=False),
+    )
+    for bad, why in [("x", "NAME=TTL_MS"), ("x=soon", "not a whole number"), ("x=1:shared", "unknown flag")]:
+        with pytest.raises(ConfigError, match=why):
+            parse_tool_option(bad)
+    config = quick_config(url="http://127.0.0.1:9/mcp", command=None, tools=["read_notebook=5000"])
+    assert config.upstreams["upstream"].tools["read_notebook"].ttl_ms == 5000
+    shared = with_overrides(config, redis="redis://127.0.0.1:6379/0", port=0)
+    assert shared.store is not None
+    assert shared.store.redis == "redis://127.0.0.1:6379/0"
+    assert shared.gateway.port == 0
+    with pytest.raises(ConfigError, match="--redis"):
+        with_overrides(config, redis="http://nope")
+
+
+def test_the_command_prints_one_clear_line_and_starts_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.toml"
+    path.write_text(UPSTREAM + "\n[upstreams.nb.tools.read_notebook]\nttl_ms = -5\n", encoding="utf-8")
+    result = CliRunner().invoke(app, ["gateway", "--config", str(path)])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        f"mcpcache gateway: {path}, line 5: upstreams.nb.tools.read_notebook.ttl_ms: must be an integer number "
+        "of milliseconds between 0 and 86400000 (24 h) (got -5)"
+    ]
+    result = CliRunner().invoke(app, ["gateway", "--upstream", "http://127.0.0.1:9/mcp", "--tool", "read_notebook"])
+    assert result.exit_code == 2
+    assert "write NAME=TTL_MS" in result.output

@@ -43,7 +43,7 @@ print(json.dumps({"errors": errors, "fastmcp": [m for m in sys.modules if m.star
 def test_the_server_half_imports_without_fastmcp_and_names_the_extra_when_it_is_needed() -> None:
     found = run(WITHOUT_FASTMCP)
     assert found["fastmcp"] == []
-    expected = "mcpcache.server.fastmcp needs FastMCP, which is not installed: pip install 'mcpcache[fastmcp]'"
+    expected = "mcpcache: mcpcache.server.fastmcp needs the fastmcp extra: pip install 'mcpcache[fastmcp]'"
     assert found["errors"] == [expected, expected]
 
 

@@ -49,15 +49,10 @@ from dataclasses import replace
 from importlib.metadata import version as package_version
 from typing import TYPE_CHECKING, Any, assert_never
 
-try:
-    import fastmcp as _fastmcp  # noqa: F401  # only to fail with a useful message when it is missing
-except ModuleNotFoundError as exc:  # pragma: no cover - exercised in a subprocess without FastMCP
-    if exc.name != "fastmcp":
-        raise
-    raise ModuleNotFoundError(
-        "mcpcache.server.fastmcp needs FastMCP, which is not installed: pip install 'mcpcache[fastmcp]'",
-        name="fastmcp",
-    ) from None
+from mcpcache.extras import needs
+
+with needs("fastmcp", "mcpcache.server.fastmcp"):
+    import fastmcp as _fastmcp  # noqa: F401  # first, so that a missing FastMCP says which extra brings it
 
 import mcp_types as mt
 import pydantic_core

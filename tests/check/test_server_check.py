@@ -84,11 +84,37 @@ async def test_mcpcaches_own_servers_conform(kind: Any) -> None:
 
 
 # -- the gateway -----------------------------------------------------------------------------------
-# GATEWAY: `mcpcache gateway` (issue 11) is being built on another branch. When it lands, add
-# `test_the_gateway_conforms` here: start the gateway in front of an upstream that stamps nothing
-# (e.g. `build_ours(kind)` without mcpcache, or tests/servers/serve.py with cache=False), declare `read`
-# in its configuration, and run `check(...)` (or the CLI with --url) against the gateway: every required
-# scenario must pass, as for mcpcache's own servers above.
+async def test_the_gateway_conforms(tmp_path: Any) -> None:
+    """`mcpcache gateway` in front of the demo server without mcpcache (it stamps nothing itself): the
+    gateway's tags and not-modified replies pass every required scenario, mutation included."""
+    from fastmcp.server.providers.proxy import ProxyClient
+
+    from mcpcache.demo.notebooks import generate_notebook
+    from mcpcache.demo.server import build_demo_server
+    from mcpcache.gateway.app import Upstream, assemble_gateway
+    from mcpcache.gateway.config import GatewayConfig, ToolSettings, UpstreamSettings
+
+    generate_notebook(tmp_path / "nb.ipynb", 4, seed=3)
+    upstream = build_demo_server(tmp_path, revalidation=False)
+    settings = UpstreamSettings(url="http://upstream.invalid/mcp", tools={"read_notebook": ToolSettings(ttl_ms=0)})
+    base: ProxyClient[Any] = ProxyClient(upstream)
+    gateway = assemble_gateway(
+        GatewayConfig(upstreams={"up": settings}),
+        [Upstream("up", settings, "test:upstream", base.new, None)],
+        store=None,
+        auth=None,
+    )
+    report = await check(
+        gateway,
+        ToolCall("read_notebook", {"path": "nb.ipynb"}),
+        mutations=(ToolCall("edit_cell", {"path": "nb.ipynb", "index": 0, "source": "changed"}),),
+    )
+    assert report.ok, report.to_json()
+    read = statuses(report, "read_notebook")
+    assert read["mutation"] == "pass"
+    assert read["not-modified"] == "pass"
+    assert read["nm-schema"] == "pass"  # the demo's read_notebook has an output schema
+    assert "fail" not in read.values()
 
 
 # -- servers that break one rule each --------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Canonical bytes and weak entity tags (the tag rules are in docs/protocol.md, "The entity tag").
+"""Canonical bytes and weak entity tags (the tag rules are in docs/protocol.md section 2).
 
 A tag must come out the same for the same answer in any process, on any transport and in any protocol
 era, so it is computed from one pinned serialisation: orjson with sorted keys and no whitespace, arrays
@@ -143,7 +143,7 @@ def content_tag_sized(
 
 
 def validator_tag(tool: str, arguments: Mapping[str, Any] | None, version: Any) -> str:
-    """The tag of a tool whose validator names the version of what it reads (docs/protocol.md, Validators)."""
+    """The tag of a tool whose validator names the version of what it reads (docs/protocol.md section 2.3)."""
     document = {"tool": tool, "arguments": dict(arguments or {}), "version": version}
     return tag_of_bytes(_VALIDATOR_DOMAIN + canonical_json(document))
 

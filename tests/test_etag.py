@@ -1,4 +1,4 @@
-"""Canonical bytes and weak entity tags (docs/protocol.md, "The entity tag"), as units and as properties.
+"""Canonical bytes and weak entity tags (docs/protocol.md section 2), as units and as properties.
 
 The property tests state the "for all"s the protocol depends on: key order never changes a tag, array
 order always does, every tag has one format, weak comparison is an equivalence on well-formed tags and

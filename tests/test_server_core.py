@@ -2,7 +2,7 @@
 
 `decide_before_body` and `decide_after_body` are pure: they are handed the policy, the request's tag,
 the validator's or the answer's tag and the answer, and return a typed decision with a reason. The
-rules of docs/protocol.md ("The conditional request and the not-modified reply") are stated here as
+rules of docs/protocol.md sections 3 and 4 (the conditional request, the not-modified reply) are stated here as
 plain cases and as one property over every combination. A few driver tests at the end run
 `Revalidator.call` with plain functions for the body, to show it does what the decisions say.
 """

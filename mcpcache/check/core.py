@@ -24,7 +24,8 @@ Obs = TypeVar("Obs")
 
 @dataclass(frozen=True)
 class Rule:
-    """Where a rule is written: a document of this project and the heading of its section."""
+    """Where a rule is written: a document of this project and the heading of its section, exactly as the
+    document writes it (numbered in docs/protocol.md; tests/check/test_citations.py checks they exist)."""
 
     doc: str
     section: str
@@ -36,10 +37,10 @@ class Rule:
 PROTOCOL = "docs/protocol.md"
 CLIENT = "docs/client.md"
 
-BLOCK = Rule(PROTOCOL, "The cache block")
-TAG = Rule(PROTOCOL, "The entity tag")
-META_COVERED = Rule(PROTOCOL, "Peers whose tag leaves `_meta` out")
-REPLY = Rule(PROTOCOL, "The conditional request and the not-modified reply")
+BLOCK = Rule(PROTOCOL, "1. The cache block")
+TAG = Rule(PROTOCOL, "2. The entity tag")
+META_COVERED = Rule(PROTOCOL, "2.2 Peers whose tag leaves `_meta` out")
+REPLY = Rule(PROTOCOL, "4. The not-modified reply")
 CALL = Rule(CLIENT, "What happens on a call")
 UNMATCHED = Rule(CLIENT, "Not-modified replies that cannot be matched")
 PARTITIONS = Rule(CLIENT, "Partitions and sharing")

@@ -16,7 +16,7 @@ from mcpcache.etag import parse_etag
 
 SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
 """Added to every result's `_meta` by the MCP SDK on protocol 2026-07-28, after the tool has answered:
-it describes the server, not the answer, so no tag covers it (docs/protocol.md, The entity tag)."""
+it describes the server, not the answer, so no tag covers it (docs/protocol.md section 2)."""
 
 
 class RawResult(RootModel[dict[str, Any]]):

@@ -192,8 +192,8 @@ class BelowTagging:
     """Handed down to the tool when the answer's tag is to come from the answer.
 
     The layer below the adapter (FastMCP: the tool, before the framework converts its return value)
-    may hash an exact cheaper form of the answer in a tag domain of its own (docs/protocol.md, "Cheaper
-    tags") and call `decide` with that tag. On a match it gets the not-modified reply to send in place
+    may hash an exact cheaper form of the answer in a tag domain of its own (docs/protocol.md section 2.1)
+    and call `decide` with that tag. On a match it gets the not-modified reply to send in place
     of the answer, so the framework converts nothing; otherwise the driver stamps `tag` on the answer
     that comes back instead of hashing it. Untouched, the driver hashes the answer as usual.
     """

@@ -15,7 +15,7 @@ correct whatever the order: behind a memo it makes no not-modified replies (the 
 serve it to stock clients), and in front of one it does not use validators for the tools the memo
 covers (the memo may answer from an older version than the validator names).
 
-Raw-value tags (docs/protocol.md, "Cheaper tags"). FastMCP turns a tool's return value into content
+Raw-value tags (docs/protocol.md section 2.1). FastMCP turns a tool's return value into content
 blocks and structured content in `Tool.convert_result`, called by `FunctionTool.run` right after the
 body; for a large dict that conversion (serialise, parse, serialise again) costs several times the tag.
 The middleware only ever sees its output. So `install` also adds `RawTagTransform`, a server transform

@@ -1,4 +1,4 @@
-"""mcpcache and jupyter-mcp-server interoperate in both directions (docs/protocol.md, opening section).
+"""mcpcache and jupyter-mcp-server interoperate in both directions (docs/protocol.md section 10).
 
 jupyter-mcp-server 2.2.4 already speaks `_meta["io.modelcontextprotocol/cache"]` on `read_notebook` and
 `read_cell`. Three layers, cheapest first:

@@ -9,6 +9,7 @@ requests to the host pass through it. `CachingMiddleware` takes `tools/call` (an
 from __future__ import annotations
 
 import logging
+import shlex
 import sys
 from typing import Any
 
@@ -74,7 +75,7 @@ def _describe(settings: ProxySettings) -> str:
     upstream = settings.upstream
     if isinstance(upstream, HttpUpstream):
         return upstream.url
-    return " ".join([upstream.command, *upstream.args])
+    return shlex.join([upstream.command, *upstream.args])
 
 
 async def serve(settings: ProxySettings) -> None:

@@ -1,0 +1,41 @@
+"""The HTTP upstreams of the proxy tests, started once for the session and side by side (one start-up for
+all): the demo server with mcpcache, the demo server without it (an upstream that never heard of
+mcpcache), both over one folder holding a generated notebook, and the tests' own upstream
+(`upstream.py`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from support.transports import http_servers
+
+from mcpcache.demo.notebooks import generate_notebook
+
+from .hosts import DEMO, PYTHON
+from .upstream import SCRIPT
+
+NOTEBOOK = "demo-12.ipynb"
+
+
+@dataclass(frozen=True)
+class Upstreams:
+    folder: Path
+    demo: str
+    """The demo server with mcpcache, announcing ttlMs 0: every reuse revalidates."""
+    plain_demo: str
+    """The demo server without mcpcache (`--no-revalidation`): no cache block, ever."""
+    tests: str
+    """`upstream.py` over HTTP."""
+
+
+@pytest.fixture(scope="session")
+def upstreams(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstreams]:
+    folder = tmp_path_factory.mktemp("notebooks")
+    generate_notebook(folder / NOTEBOOK, 12, seed=11)  # its answer stays under the stock clients' 1 MiB SSE event cap
+    demo = [*DEMO, "--dir", str(folder), "--ttl-ms", "0", "--http"]
+    plain = [*DEMO, "--dir", str(folder), "--no-revalidation", "--http"]
+    with http_servers([demo, plain, [PYTHON, str(SCRIPT), "http"]]) as urls:
+        yield Upstreams(folder, *urls)

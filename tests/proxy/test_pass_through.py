@@ -12,11 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import mcp_types as mt
 import pytest
 from fastmcp.client.elicitation import ElicitResult
-from support.transports import LEGACY, ServerTarget, stock_client
+from support.transports import LEGACY, MODERN, ServerTarget, stock_client
 
-from .hosts import PYTHON, fastmcp_host, proxy_args
+from .conftest import Upstreams
+from .hosts import PYTHON, fastmcp_host, mcp_host, proxy_args
 from .upstream import INSTRUCTIONS, SCRIPT, build
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -92,3 +94,29 @@ async def test_the_host_sees_the_upstream_and_a_fresh_answer_never_reaches_it(tm
                 break
             await anyio.sleep(0.1)
         assert counts == {"started": 1, "cancelled": 1}
+
+
+async def test_on_the_2026_era_an_input_request_reaches_the_host_and_its_answer_the_upstream(
+    upstreams: Upstreams, tmp_path: Path
+) -> None:
+    # A host and an upstream that both speak 2026-07-28 (`--upstream-era auto`): an upstream that needs input
+    # answers the call with an input request; the host answers it and repeats the call, which the proxy
+    # sends upstream as it came (never through the cache).
+    asked: list[str] = []
+
+    async def on_elicit(context: Any, params: mt.ElicitRequestParams) -> mt.ElicitResult:
+        asked.append(params.message)
+        return mt.ElicitResult(action="accept", content={"value": "teal"})
+
+    args = proxy_args("--upstream-era", "auto", "--store", str(tmp_path / "proxy.db"), "--url", upstreams.tests)
+    async with mcp_host(args, elicitation_callback=on_elicit) as host:
+        assert host.protocol_version == MODERN
+        picked = await host.call_tool("pick_color", {})
+        assert not picked.is_error, picked
+        assert [block.text for block in picked.content if isinstance(block, mt.TextContent)] == ["picked teal"]
+        assert asked == ["Which colour?"]
+        # The upstream speaks 2026-07-28 too: its answers carry its own name, and are cached like any other.
+        counted = await host.call_tool("counted", {"key": "modern"})
+        assert (counted.meta or {})[mt.SERVER_INFO_META_KEY]["name"] == "proxy-upstream"
+        assert counted.model_dump() == (await host.call_tool("counted", {"key": "modern"})).model_dump()
+        assert (await host.call_tool("runs_of", {"key": "modern"})).structured_content == {"result": 1}

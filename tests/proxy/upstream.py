@@ -7,7 +7,8 @@
   tells how many there were: the count of calls that reached this server.
 - `steps(n)`: reports n progress steps and logs a line before answering.
 - `nap(seconds)`: sleeps; `naps()` says how many naps started and how many were cancelled.
-- `ask_color()`: asks the host for a colour (elicitation) and answers what it chose.
+- `ask_color()`: asks the host for a colour (an elicitation request, protocol 2025-11-25) and answers what it
+  chose; `pick_color()` asks the 2026-07-28 way, answering the call with an input request.
 - a resource `notes://readme`, a template `notes://{name}`, and a prompt `greet(name)`.
 
 Run as `python upstream.py stdio` or `python upstream.py http PORT`; `build()` gives the same server in
@@ -93,6 +94,16 @@ def build() -> FastMCP:
         """Asks the host for a colour."""
         answer = await ctx.elicit("Which colour?", response_type=str)
         return f"chose {answer.data}" if answer.action == "accept" else f"no colour ({answer.action})"
+
+    @server.tool(output_schema=None)
+    async def pick_color(ctx: Context) -> Any:
+        """Asks the host for a colour with an input request as the call's result (protocol 2026-07-28)."""
+        answer = (ctx.input_responses or {}).get("color")
+        if not isinstance(answer, mt.ElicitResult):
+            schema: Any = {"type": "object", "properties": {"value": {"type": "string"}}}
+            ask = mt.ElicitRequest(params=mt.ElicitRequestFormParams(message="Which colour?", requested_schema=schema))
+            return mt.InputRequiredResult(input_requests={"color": ask})
+        return f"picked {(answer.content or {}).get('value')}"
 
     @server.resource("notes://readme", mime_type="text/plain")
     def readme() -> str:

@@ -18,10 +18,10 @@ from refs.servers import SERVE_SCRIPT as REFS_SERVERS
 from refs.servers import digest
 
 from mcpcache.bench.byref import ROWS, time_series
+from mcpcache.bench.relay import counting_relay
 
 from .conftest import Upstreams
 from .hosts import PYTHON, mcp_host, proxy_args
-from .relay import counting_relay
 from .test_revalidation import _port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

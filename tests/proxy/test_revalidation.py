@@ -16,11 +16,11 @@ import mcp_types as mt
 import pytest
 from support.transports import LEGACY, ServerTarget, stock_client
 
+from mcpcache.bench.relay import counting_relay
 from mcpcache.protocol import META_KEY
 
 from .conftest import NOTEBOOK, Upstreams
 from .hosts import fastmcp_host, mcp_host, proxy_args
-from .relay import counting_relay
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

@@ -1,7 +1,7 @@
 """The HTTP upstreams of the proxy tests, started once for the session and side by side (one start-up for
 all): the demo server with mcpcache, the demo server without it (an upstream that never heard of
-mcpcache), both over one folder holding a generated notebook, and the tests' own upstream
-(`upstream.py`)."""
+mcpcache), both over one folder holding a generated notebook, the tests' own upstream (`upstream.py`),
+and the chart server of the reference tests (tests/refs/servers.py), a second server to pass rows to."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from refs.servers import SERVE_SCRIPT as REFS_SERVERS
 from support.transports import http_servers
 
 from mcpcache.demo.notebooks import generate_notebook
@@ -29,6 +30,8 @@ class Upstreams:
     """The demo server without mcpcache (`--no-revalidation`): no cache block, ever."""
     tests: str
     """`upstream.py` over HTTP."""
+    chart: str
+    """The MCP SDK server with `plot(data, title)` (tests/refs/servers.py)."""
 
 
 @pytest.fixture(scope="session")
@@ -37,5 +40,7 @@ def upstreams(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstreams]:
     generate_notebook(folder / NOTEBOOK, 12, seed=11)  # its answer stays under the stock clients' 1 MiB SSE event cap
     demo = [*DEMO, "--dir", str(folder), "--ttl-ms", "0", "--http"]
     plain = [*DEMO, "--dir", str(folder), "--no-revalidation", "--http"]
-    with http_servers([demo, plain, [PYTHON, str(SCRIPT), "http"]]) as urls:
+    tests = [PYTHON, str(SCRIPT), "http"]
+    chart = [PYTHON, str(REFS_SERVERS), "chart", "http"]
+    with http_servers([demo, plain, tests, chart]) as urls:
         yield Upstreams(folder, *urls)

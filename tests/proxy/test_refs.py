@@ -2,8 +2,8 @@
 is shown takes `X_uri` beside `X`, and the references it passes are resolved before the call goes upstream.
 
 Within one server: `rows` answers 240 rows, `summarize` takes them back by reference, and the digest it
-answers shows that exactly those rows arrived. Across servers: two proxies that share one store and one
-conversation id, each in front of its own server, resolve each other's references.
+answers shows that exactly those rows arrived. Across servers: a second proxy that shares the first one's
+store and conversation id, in front of another server, resolves the first one's references.
 """
 
 from __future__ import annotations
@@ -14,14 +14,13 @@ from typing import Any
 
 import mcp_types as mt
 import pytest
-from refs.servers import SERVE_SCRIPT as REFS_SERVERS
 from refs.servers import digest
 
 from mcpcache.bench.byref import ROWS, time_series
 from mcpcache.bench.relay import counting_relay
 
 from .conftest import Upstreams
-from .hosts import PYTHON, mcp_host, proxy_args
+from .hosts import mcp_host, proxy_args
 from .test_revalidation import _port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -36,20 +35,14 @@ def _envelope(result: mt.CallToolResult) -> dict[str, Any]:
     return envelope
 
 
-async def test_a_model_passes_240_rows_from_one_tool_to_another_by_reference(
+async def test_a_model_passes_240_rows_to_another_tool_of_the_server_and_to_another_server_by_reference(
     upstreams: Upstreams, tmp_path: Path
 ) -> None:
     async with counting_relay(_port(upstreams.tests)) as (port, traffic):
-        args = proxy_args(
-            "--refs",
-            "--conversation",
-            "conv-42",
-            "--store",
-            str(tmp_path / "proxy.db"),
-            "--url",
-            f"http://127.0.0.1:{port}/mcp",
-        )
-        async with mcp_host(args) as host:
+        shared = ("--refs", "--conversation", "conv-42", "--store", str(tmp_path / "shared.db"))
+        rows_proxy = proxy_args(*shared, "--url", f"http://127.0.0.1:{port}/mcp")
+        chart_proxy = proxy_args(*shared, "--url", upstreams.chart)
+        async with mcp_host(rows_proxy) as host, mcp_host(chart_proxy) as chart:
             tools = {tool.name: tool for tool in (await host.list_tools()).tools}
             summarize = tools["summarize"].input_schema
             assert set(summarize["properties"]) == {"data", "data_uri", "title"}
@@ -91,20 +84,13 @@ async def test_a_model_passes_240_rows_from_one_tool_to_another_by_reference(
             runs = await host.call_tool("runs_of", {"key": "summarize"})
             assert runs.structured_content == {"result": 1}
 
-
-async def test_two_proxies_sharing_a_store_and_a_conversation_pass_references_across_servers(tmp_path: Path) -> None:
-    shared = ("--refs", "--conversation", "chat-7", "--store", str(tmp_path / "shared.db"))
-    query = mcp_host(proxy_args(*shared, upstream=[PYTHON, str(REFS_SERVERS), "query", "stdio"]))
-    chart = mcp_host(proxy_args(*shared, upstream=[PYTHON, str(REFS_SERVERS), "chart", "stdio"]))
-    async with query, chart:
-        view = _envelope(await query.call_tool("query", {"station": "KSLC"}))
-        assert view["rows"].startswith(f"<elided list of {ROWS} items")
-        plot = (await chart.list_tools()).tools[0]
-        assert plot.name == "plot"
-        assert "data_uri" in plot.input_schema["properties"]
-
-        plotted = await chart.call_tool("plot", {"data_uri": view["_cache_uri"] + "#/rows", "title": "KSLC"})
-        assert not plotted.is_error
-        answer = plotted.structured_content
-        assert answer is not None
-        assert (answer["rows"], answer["digest"]) == (ROWS, digest(time_series()))
+            # Another server, behind a proxy that shares this one's store and conversation id, is passed the
+            # same rows by the same reference.
+            plot = (await chart.list_tools()).tools[0]
+            assert plot.name == "plot"
+            assert "data_uri" in plot.input_schema["properties"]
+            plotted = await chart.call_tool("plot", {"data_uri": f"{uri}#/rows", "title": "KSLC"})
+            assert not plotted.is_error
+            answer = plotted.structured_content
+            assert answer is not None
+            assert (answer["rows"], answer["digest"]) == (ROWS, digest(time_series()))

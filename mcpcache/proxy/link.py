@@ -81,7 +81,8 @@ class UpstreamLink:
 
     @property
     def instructions(self) -> str | None:
-        result = self.client.initialize_result
+        # The handshake's result on the handshake era, the discovery result on 2026-07-28.
+        result = self.client.initialize_result or self.client.session.discover_result
         return result.instructions if result is not None else None
 
     async def read_only(self, name: str) -> bool | None:

@@ -1,7 +1,7 @@
 """The HTTP upstreams of the proxy tests, started once for the session and side by side (one start-up for
-all): the demo server with mcpcache, the demo server without it (an upstream that never heard of
-mcpcache), both over one folder holding a generated notebook, the tests' own upstream (`upstream.py`),
-and the chart server of the reference tests (tests/refs/servers.py), a second server to pass rows to."""
+all): the demo server with mcpcache over a folder holding a generated notebook, the tests' own upstream
+(`upstream.py`), and the chart server of the reference tests (tests/refs/servers.py), a second server to
+pass rows to."""
 
 from __future__ import annotations
 
@@ -26,8 +26,6 @@ class Upstreams:
     folder: Path
     demo: str
     """The demo server with mcpcache, announcing ttlMs 0: every reuse revalidates."""
-    plain_demo: str
-    """The demo server without mcpcache (`--no-revalidation`): no cache block, ever."""
     tests: str
     """`upstream.py` over HTTP."""
     chart: str
@@ -39,8 +37,7 @@ def upstreams(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstreams]:
     folder = tmp_path_factory.mktemp("notebooks")
     generate_notebook(folder / NOTEBOOK, 12, seed=11)  # its answer stays under the stock clients' 1 MiB SSE event cap
     demo = [*DEMO, "--dir", str(folder), "--ttl-ms", "0", "--http"]
-    plain = [*DEMO, "--dir", str(folder), "--no-revalidation", "--http"]
     tests = [PYTHON, str(SCRIPT), "http"]
     chart = [PYTHON, str(REFS_SERVERS), "chart", "http"]
-    with http_servers([demo, plain, tests, chart]) as urls:
+    with http_servers([demo, tests, chart]) as urls:
         yield Upstreams(folder, *urls)

@@ -262,7 +262,9 @@ def proxy(
     upstream_era: Annotated[
         str,
         typer.Option(
-            "--upstream-era", metavar="ERA", help="legacy (initialize) or auto (2026-07-28 if offered).", hidden=True
+            "--upstream-era",
+            metavar="ERA",
+            help="How to talk to the server: legacy (the initialize handshake) or auto (2026-07-28 if it offers it).",
         ),
     ] = "legacy",
     quiet: Annotated[

@@ -7,6 +7,9 @@ and the TCP bytes with HTTP framing. The host is a stock `mcp.Client`; through t
 
 Configurations, each a client of its own kept connected for the whole run:
 - `direct`: the host talks to the demo server (with mcpcache) itself; every read is a full answer;
+- `direct-stdio`: the same, the host starting the demo server and talking to it over stdio (through the
+  proxy, the host reads every answer from a stdio pipe too; the SDK's stdio reader joins a line's chunks
+  one by one, which costs more the longer the line);
 - `direct-plain`: the same against the demo server without mcpcache (`--no-revalidation`);
 - `proxy-revalidate`: through the proxy, to the demo server announcing ttlMs 0: every read is a stale read
   of an unchanged notebook, so the proxy revalidates and the upstream answers not-modified;
@@ -63,6 +66,7 @@ SERVERS = {
 }
 CONFIGS = {
     "direct": ("revalidating", False),
+    "direct-stdio": ("revalidating", False),
     "direct-plain": ("plain", False),
     "proxy-revalidate": ("revalidating", True),
     "proxy-fresh": ("fresh", True),
@@ -101,10 +105,18 @@ def demo_servers(folder: Path) -> Any:
 
 
 @contextlib.asynccontextmanager
-async def client_for(config: str, relay_port: int, store: Path, log: WireLog) -> AsyncIterator[mcp.Client]:
-    _, through_proxy = CONFIGS[config]
+async def client_for(
+    config: str, relay_port: int, store: Path, log: WireLog, folder: Path
+) -> AsyncIterator[mcp.Client]:
+    server, through_proxy = CONFIGS[config]
     url = f"http://127.0.0.1:{relay_port}/mcp"
-    if through_proxy:
+    if config == "direct-stdio":
+        args = ["-m", "mcpcache", "demo-server", "--dir", str(folder), *SERVERS[server]]
+        params = StdioServerParameters(command=sys.executable, args=args, env=dict(os.environ), cwd=str(REPO))
+        with open(os.devnull, "w") as quiet:  # noqa: ASYNC230 - opening /dev/null does not block
+            async with mcp.Client(CountingTransport(stdio_client(params, quiet), log), mode="legacy") as client:
+                yield client
+    elif through_proxy:
         args = ["-m", "mcpcache", "proxy", "--quiet", "--store", str(store), "--url", url]
         params = StdioServerParameters(command=sys.executable, args=args, env=dict(os.environ), cwd=str(REPO))
         # The proxy's log goes nowhere (it is --quiet); the SDK wants a file for the child's stderr.
@@ -133,7 +145,8 @@ async def run(size: int, rounds: int, seed: int) -> dict[str, Any]:
                     port, traffic = await stack.enter_async_context(counting_relay(ports[server]))
                     relays[config] = traffic
                     log = WireLog(deferred=True)
-                    client = await stack.enter_async_context(client_for(config, port, Path(tmp) / f"{config}.db", log))
+                    opened = client_for(config, port, Path(tmp) / f"{config}.db", log, folder)
+                    client = await stack.enter_async_context(opened)
                     clients[config] = (client, log, traffic)
                 samples = {config: Samples() for config in CONFIGS}
                 order = list(CONFIGS)
@@ -152,8 +165,12 @@ async def run(size: int, rounds: int, seed: int) -> dict[str, Any]:
                             continue  # the warm-up: first reads fill the proxies' stores
                         sample = samples[config]
                         sample.seconds.append(elapsed)
-                        sample.upstream_messages.append(moved.messages())
-                        sample.upstream_tcp.append(moved.total())
+                        if config == "direct-stdio":  # the server is the host's own child: its pipe is the link
+                            sample.upstream_messages.append(log.total(since=mark))
+                            sample.upstream_tcp.append(0)
+                        else:
+                            sample.upstream_messages.append(moved.messages())
+                            sample.upstream_tcp.append(moved.total())
                         sample.host_messages.append(log.total(since=mark) if CONFIGS[config][1] else 0)
     return summarize(samples, notebook_bytes, rounds)
 
@@ -194,10 +211,11 @@ def render(report: dict[str, Any], say: Callable[[str], None] = print) -> None:
     say("|---|---:|---:|---:|---:|---:|---:|")
     for row in report["rows"]:
         host = f"{row['host_message_bytes']:,.0f} B" if row["host_message_bytes"] else "-"
+        tcp = f"{row['upstream_tcp_bytes']:,.0f} B" if row["config"] != "direct-stdio" else "(stdio)"
         say(
             f"| {row['config']} | {row['median_ms']:,.0f} ms | {row['p95_ms']:,.0f} ms | "
             f"{row['ratio_to_direct']:.2f}x ({row['ratio_p25']:.2f}-{row['ratio_p75']:.2f}) | "
-            f"{row['upstream_message_bytes']:,.0f} B | {row['upstream_tcp_bytes']:,.0f} B | {host} |"
+            f"{row['upstream_message_bytes']:,.0f} B | {tcp} | {host} |"
         )
     load = report["load_average"]
     say("")

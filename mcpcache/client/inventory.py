@@ -10,15 +10,27 @@ is not seen here.
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from mcpcache.client.entries import TOOLS_GROUP
 from mcpcache.policy import EntryMeta, ServeFresh, decide_lookup, freshness_ended_at, readable_duration
 from mcpcache.stores.base import DEFAULT_PAGE_SIZE, Item, Listed, Match, Store
+from mcpcache.stores.sqlite import SCHEMA_VERSION
 
-__all__ = ["CachedEntry", "Summary", "ToolTally", "cached_entries", "describe_freshness", "summarize"]
+__all__ = [
+    "CachedEntry",
+    "Summary",
+    "ToolTally",
+    "cache_file_problem",
+    "cached_entries",
+    "describe_freshness",
+    "summarize",
+]
 
 
 @dataclass(frozen=True)
@@ -41,7 +53,8 @@ class CachedEntry:
     fresh: bool
     """Whether a call now would be served this answer without asking the server."""
     freshness: str
-    """Why, in a few words: "fresh, 4.2 s left", "stale: expired 3.0 min ago", ..."""
+    """Why, in a few words: "fresh, 4.2 s left", "stale: expired 3.0 min ago", "stale: invalidated 2.0 s ago"
+    (by a mutating call, a change notification or `invalidate`)."""
 
 
 def describe_freshness(entry: EntryMeta, now: float, ended_at: float | None) -> tuple[bool, str]:
@@ -49,7 +62,7 @@ def describe_freshness(entry: EntryMeta, now: float, ended_at: float | None) -> 
     if isinstance(decide_lookup("use", entry, now, ended_at), ServeFresh):
         return True, f"fresh, {readable_duration(entry.fresh_until() - now)} left"
     if ended_at is not None and ended_at >= entry.requested_at:
-        return False, f"stale: a change ended it {readable_duration(now - ended_at)} ago"
+        return False, f"stale: invalidated {readable_duration(now - ended_at)} ago"
     if entry.ttl_ms == 0:
         return False, "stale: ttl 0, checked on every call"
     return False, f"stale: expired {readable_duration(now - entry.fresh_until())} ago"
@@ -145,3 +158,25 @@ async def summarize(
     async for entry in cached_entries(store, server=server, tool=tool, clock=clock):
         summary.add(entry)
     return summary
+
+
+def cache_file_problem(path: Path) -> str | None:
+    """Why `path` is not a cache file this version can read (None: it is one), found without changing it.
+
+    A tool that only looks (`mcpcache cache`) must never let `SQLiteStore` take a mistyped path for a damaged
+    store, which it would move aside and replace."""
+    if not path.exists():
+        return f"no cache file at {path}"
+    if path.is_dir():
+        return f"{path} is a folder, not a cache file"
+    try:
+        with contextlib.closing(sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)) as conn:
+            version = conn.execute("PRAGMA user_version").fetchall()[0][0]
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError:
+        return f"{path} is not an mcpcache cache file (not a SQLite database)"
+    if version > SCHEMA_VERSION:
+        return f"{path} belongs to a newer mcpcache (cache schema {version}); use that version to look at it"
+    if "items" not in tables:
+        return f"{path} is not an mcpcache cache file"
+    return None

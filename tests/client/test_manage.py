@@ -244,10 +244,10 @@ async def test_entries_read_as_a_person_would_want(backend: Backend) -> None:
         await s.conn.call("edit", {"doc": "d2", "who": "alice", "n": 1})
         s.clock.advance(3.0)
         [ended] = [entry async for entry in s.cache.entries()]
-        assert (ended.fresh, ended.freshness) == (False, "stale: a change ended it 3.0 s ago")
+        assert (ended.fresh, ended.freshness) == (False, "stale: invalidated 3.0 s ago")
         s.clock.advance(3600)
         [expired] = [entry async for entry in s.cache.entries()]
-        assert (expired.fresh, expired.freshness) == (False, "stale: a change ended it 1.0 h ago")
+        assert (expired.fresh, expired.freshness) == (False, "stale: invalidated 1.0 h ago")
 
 
 async def test_an_entry_stored_by_an_earlier_version_is_still_served(backend: Backend) -> None:

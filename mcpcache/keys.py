@@ -18,6 +18,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import orjson
+import xxhash
 
 from mcpcache.etag import canonical_json
 
@@ -65,19 +66,15 @@ class CallIdentity:
         """Where the time this (server, partition) last ended freshness is kept."""
         return "m:" + hashlib.sha256(orjson.dumps([self.server, self.partition])).hexdigest()
 
-    @functools.cached_property
-    def _call_mark_key(self) -> str:
-        head = orjson.dumps(["call", self.server, self.partition, self.tool])
-        digest = hashlib.sha256(head)
-        digest.update(b"\x00")
-        digest.update(self.canonical_arguments())
-        return "m:" + digest.hexdigest()
-
     def call_mark_key(self) -> str:
         """Where the time this call's entries were last invalidated (in this partition) is kept: the same for
         every protocol era and variant, so one invalidation reaches every stored copy of the call. Raises
-        CanonicalizationError as `canonical_arguments` does."""
-        return self._call_mark_key
+        CanonicalizationError as `canonical_arguments` does.
+
+        Read on every lookup, so it is xxh3-128 rather than SHA-256: a crafted collision could only make
+        someone's entry stale (one more revalidation), never serve anyone a wrong answer."""
+        head = orjson.dumps(["call", self.server, self.partition, self.tool])
+        return "c:" + xxhash.xxh3_128_hexdigest(head + b"\x00" + self.canonical_arguments())
 
     def readable_arguments(self) -> str:
         """The canonical arguments as text a person can read, cut to `READABLE_LIMIT` characters."""

@@ -117,6 +117,8 @@ Lookup = ServeFresh | Revalidate | Fetch
 
 def readable_duration(value: float) -> str:
     """A duration as a person reads it: 2.1 s, 3.5 min, 2.0 h, 4.0 d."""
+    if -60.0 < value < 60.0:  # the common case, on every fresh hit's reason
+        return f"{value:.1f} s"
     for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
         if abs(value) >= size:
             return f"{value / size:.1f} {unit}"

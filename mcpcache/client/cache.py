@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, assert_never, cast, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, assert_never, cast, overload
 
 import anyio
 from cachetools import LRUCache
@@ -79,6 +79,8 @@ __all__ = ["CacheStats", "CallOutcome", "Connection", "ToolCache"]
 logger = logging.getLogger("mcpcache.client")
 
 Clock = Callable[[], float]
+K = TypeVar("K")
+V = TypeVar("V")
 
 DEFAULT_KEEP_STALE_S = 7 * 24 * 3600.0
 """How long a stale but tagged entry is kept for cheap revalidation before the store may drop it."""
@@ -179,12 +181,14 @@ class ToolCache:
         tag, size): a revalidated answer is checked the first time it is served here, not every time."""
         self._ended: LRUCache[str, float] = LRUCache(maxsize=4096)
         """When this process last ended freshness, by mark key (see `end_freshness`)."""
-        self._invalidated: LRUCache[str, float] = LRUCache(maxsize=4096)
-        """When this process last invalidated a call, by its mark key (see `invalidate`)."""
+        self._invalidated: dict[str, float] = {}
+        """When this process last invalidated a call, by its mark key (see `invalidate`); the oldest go first
+        past `_MAX_REMEMBERED`. A plain dict: every lookup reads it, and most read it empty."""
         self._cleared_at: float | None = None
         """When this process last cleared the cache: every entry and flight older than that is not fresh here."""
-        self._variants: LRUCache[tuple[str, str, str], None] = LRUCache(maxsize=256)
-        """(server, era, variant) of the calls this process made: where an invalidation finds a call's keys."""
+        self._variants: dict[tuple[str, str, str], None] = {}
+        """(server, era, variant) of the calls this process made, the oldest going first past
+        `_MAX_REMEMBERED`: where an invalidation finds a call's keys."""
         self._store = FencedStore(
             self.store, self._count_store_failure, deadline_s=store_deadline_s, cooldown_s=store_cooldown_s
         )
@@ -253,7 +257,7 @@ class ToolCache:
         now = self.clock()
         # Recorded here as well as in the store, as `end_freshness` does, and before anything is removed: from
         # this moment no lookup in this process takes what the call stored, or a flight sent before, as fresh.
-        self._invalidated[call_mark] = max(now, self._invalidated.get(call_mark, now))
+        _remember(self._invalidated, call_mark, max(now, self._invalidated.get(call_mark, now)))
         self._tier.discard_if(lambda held: held.call == call_mark)
         await self._store.save_persistently(call_mark, mark_item(now))
         for server, era, variant in list(self._variants.keys()):
@@ -330,7 +334,8 @@ class ToolCache:
             left_alone = _Looked(None, None, Fetch(store=False, reason=why))
             sent = await self._send(conn, identity, "", mode, user_meta, left_alone, conn.timeout_s)
             return self._finish(identity, *sent)
-        self._variants[(conn.server_id, conn.era, variant)] = None
+        if (conn.server_id, conn.era, variant) not in self._variants:
+            _remember(self._variants, (conn.server_id, conn.era, variant), None)
 
         deadline = None if conn.timeout_s is None else anyio.current_time() + conn.timeout_s
         while True:
@@ -440,12 +445,25 @@ class ToolCache:
                 else:
                     found = Found(key, arm, entry, item, None, identity.server, call_mark)
                 break
-        server_ended, call_ended = (mark.meta.get("endedAt") if mark else None for mark in items[-2:])
-        known_here = [self._ended.get(mark_key), self._invalidated.get(call_mark), self._cleared_at]
-        latest_here = max((at for at in known_here if at is not None), default=None)
-        ended = freshness_ended_at(latest_here, server_ended, call_ended)
+        server_mark, call_mark_item = items[-2], items[-1]
+        ended = freshness_ended_at(
+            self._ended_here(mark_key, call_mark),
+            server_mark.meta.get("endedAt") if server_mark is not None else None,
+            call_mark_item.meta.get("endedAt") if call_mark_item is not None else None,
+        )
         entry = found.entry if found is not None else None
         return _Looked(found, ended, decide_lookup(mode, entry, self.clock(), ended))
+
+    def _ended_here(self, mark_key: str, call_mark: str) -> float | None:
+        """When this process last ended the freshness of a call's entries: a mutation or notification (its
+        server's), an invalidation (its own) or a clear (everything's), whichever came last."""
+        latest = self._ended.get(mark_key)
+        if not self._invalidated and self._cleared_at is None:
+            return latest
+        for at in (self._invalidated.get(call_mark), self._cleared_at):
+            if at is not None and (latest is None or at > latest):
+                latest = at
+        return latest
 
     async def _remove(self, key: str) -> None:
         self._tier.discard(key)
@@ -645,6 +663,17 @@ class ToolCache:
         read_only = await conn.read_only(name) if self.trusted else None
         if ends_freshness(read_only=read_only, trusted=self.trusted, answered_with_block=False):
             await self.end_freshness(conn.server_id, conn.era)
+
+
+_MAX_REMEMBERED = 4096
+
+
+def _remember(memory: dict[K, V], key: K, value: V) -> None:
+    """Set `key`, dropping the oldest entries past `_MAX_REMEMBERED`."""
+    memory.pop(key, None)
+    memory[key] = value
+    while len(memory) > _MAX_REMEMBERED:
+        del memory[next(iter(memory))]
 
 
 def _annotate_span(identity: CallIdentity, outcome: CallOutcome) -> None:

@@ -76,8 +76,8 @@ def server_answers(url: str) -> bool:
 async def main() -> None:
     if not server_answers(URL):
         sys.exit(f"Nothing answers at {URL}. Start the demo server first: {START}")
-    cache = ToolCache()  # the default store: a SQLite file that outlives this process
-    async with Client(URL) as client:
+    # The default store is a SQLite file that outlives this process; `async with` closes it at the end.
+    async with ToolCache() as cache, Client(URL) as client:
         cached = cache.wrap(client)  # call_tool and everything else work as on `client`
         for read in (1, 2, 3):
             call = await cached.call("read_notebook", {"path": NOTEBOOK})  # the result and what the cache did

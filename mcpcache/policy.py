@@ -40,6 +40,11 @@ class EntryMeta:
     received_at: float
     size: int
     """Bytes of the stored answer: what a fresh hit saves on the wire."""
+    arguments: str = ""
+    """The call's arguments as a person reads them, abbreviated (never part of any decision)."""
+    marks: tuple[str, ...] = ()
+    """The store keys of the marks that can end this entry's freshness (its server's and its call's), so that
+    a reader of the store (`mcpcache cache ls`) judges freshness as the cache does."""
 
     def fresh_until(self) -> float:
         return self.received_at + self.ttl_ms / 1000
@@ -53,6 +58,8 @@ class EntryMeta:
             "requestedAt": self.requested_at,
             "receivedAt": self.received_at,
             "size": self.size,
+            "args": self.arguments,
+            "marks": list(self.marks),
         }
 
     @classmethod
@@ -68,7 +75,11 @@ class EntryMeta:
             return None
         if not _is_time(requested) or not _is_time(received):
             return None
-        return cls(tool, scope, ttl, etag, float(requested), float(received), size)
+        # Absent from entries an earlier version stored: those are read as they were.
+        arguments, marks = raw.get("args", ""), raw.get("marks", [])
+        if not isinstance(arguments, str) or not isinstance(marks, list) or not all(isinstance(m, str) for m in marks):
+            return None
+        return cls(tool, scope, ttl, etag, float(requested), float(received), size, arguments, tuple(marks))
 
 
 def _is_count(value: object) -> TypeGuard[int]:
@@ -104,7 +115,13 @@ class Fetch:
 Lookup = ServeFresh | Revalidate | Fetch
 
 
-def _seconds(value: float) -> str:
+def readable_duration(value: float) -> str:
+    """A duration as a person reads it: 2.1 s, 3.5 min, 2.0 h, 4.0 d."""
+    if -60.0 < value < 60.0:  # the common case, on every fresh hit's reason
+        return f"{value:.1f} s"
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
+        if abs(value) >= size:
+            return f"{value / size:.1f} {unit}"
     return f"{value:.1f} s"
 
 
@@ -118,14 +135,15 @@ def decide_lookup(mode: CacheMode, entry: EntryMeta | None, now: float, freshnes
     ended = freshness_ended_at is not None and freshness_ended_at >= entry.requested_at
     remaining = entry.fresh_until() - now
     if not ended and remaining > 0:
-        return ServeFresh(f"fresh: {_seconds(remaining)} of {entry.ttl_ms} ms left")
+        return ServeFresh(f"fresh: {readable_duration(remaining)} of {entry.ttl_ms} ms left")
     if ended:
         assert freshness_ended_at is not None
-        why = f"stale: freshness ended {_seconds(now - freshness_ended_at)} ago (a mutating call or a notification)"
+        ago = readable_duration(now - freshness_ended_at)
+        why = f"stale: freshness ended {ago} ago (a mutating call, a notification or an invalidation)"
     elif entry.ttl_ms == 0:
         why = "stale: ttl 0, revalidate before every reuse"
     else:
-        why = f"stale: ttl {entry.ttl_ms} ms expired {_seconds(-remaining)} ago"
+        why = f"stale: ttl {entry.ttl_ms} ms expired {readable_duration(-remaining)} ago"
     if entry.etag is not None:
         return Revalidate(entry.etag, f"{why}; revalidating with its tag")
     return Fetch(store=True, reason=f"{why}; no tag to revalidate with")
@@ -259,13 +277,15 @@ def store_arm(scope: Scope, share_public: bool) -> Arm:
     return "public" if scope == "public" and share_public else "private"
 
 
-def freshness_ended_at(known_here: float | None, stored_mark: object) -> float | None:
-    """The latest end of freshness of a (server, partition): what this process knows, or what the store's
-    mark says (another process may have ended it), whichever is later. A malformed mark is ignored."""
-    stored = stored_mark if isinstance(stored_mark, int | float) and not isinstance(stored_mark, bool) else None
-    if stored is None:
-        return known_here
-    return float(stored) if known_here is None else max(known_here, float(stored))
+def freshness_ended_at(known_here: float | None, *stored_marks: object) -> float | None:
+    """The latest end of freshness of an entry: what this process knows, or what the store's marks say
+    (another process may have ended it: a mutation ends its server's entries in the partition, an
+    invalidation one call's), whichever is later. A malformed mark is ignored."""
+    latest = known_here
+    for mark in stored_marks:
+        if isinstance(mark, int | float) and not isinstance(mark, bool):
+            latest = float(mark) if latest is None else max(latest, float(mark))
+    return latest
 
 
 # Single-flight decisions ------------------------------------------------------------------------

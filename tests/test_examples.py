@@ -1,12 +1,14 @@
 """Every file in examples/ runs as written, against real servers on free ports of 127.0.0.1.
 
 Each example is started the way its opening comment says (a subprocess of this interpreter); the only
-change is the port, given where the example takes one (an argument, `--port`, or $MCPCACHE_EXAMPLE_URL).
+change is the port, given where the example takes one (an argument, `--port`, or $MCPCACHE_EXAMPLE_URL), and
+`mcpcache` in the proxy's host configuration, which becomes this interpreter's `-m mcpcache`.
 The default store goes to a temporary folder ($MCPCACHE_DIR), never the user's cache.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import runpy
 import subprocess
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from fastmcp import Client as FastMCPClient
-from fastmcp.client.transports import PythonStdioTransport
+from fastmcp.client.transports import PythonStdioTransport, StdioTransport
 from mcp import Client
 
 from mcpcache import ToolCache
@@ -25,6 +27,8 @@ from mcpcache.stores import MemoryStore
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
+
+pytestmark = pytest.mark.slow  # subprocesses: servers, a gateway, a proxy
 
 Serving = tuple[Callable[[list[str]], None], int]
 
@@ -148,3 +152,24 @@ async def test_gateway_example_stamps_the_plain_demo_server_and_answers_not_modi
     assert (first.outcome.status, first.outcome.stored) == ("miss", True)
     assert second.outcome.status == "revalidated"
     assert second.outcome.bytes_saved > 100_000
+
+
+@pytest.mark.anyio
+async def test_proxy_example_is_a_host_configuration_whose_server_answers_through_the_cache(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    config = json.loads((EXAMPLES / "mcp-servers.json").read_text())
+    server = config["mcpServers"]["notebooks"]
+    # A host runs `command` with `args`; here `mcpcache` is this interpreter's `-m mcpcache`, in both places.
+    assert server["command"] == "mcpcache"
+    command = [sys.executable, "-m", "mcpcache"]
+    args = [part for word in server["args"] for part in (command if word == "mcpcache" else [word])]
+    log = tmp_path / "proxy.log"
+    transport = StdioTransport(command[0], [*command[1:], *args], env=env, cwd=str(tmp_path), log_file=log)
+    async with FastMCPClient(transport) as client:  # a stock client, as a host is: it never sends a tag
+        first = await client.call_tool("read_notebook", {"path": "demo-50.ipynb"})
+        second = await client.call_tool("read_notebook", {"path": "demo-50.ipynb"})
+    assert second.structured_content == first.structured_content
+    lines = log.read_text()
+    assert "mcpcache proxy: read_notebook: miss" in lines
+    assert "mcpcache proxy: read_notebook: fresh_hit" in lines

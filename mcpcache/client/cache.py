@@ -14,21 +14,31 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
-from typing import Any, Protocol, assert_never
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, assert_never, cast, overload
 
 import anyio
 from cachetools import LRUCache
 from mcp_types import CallToolResult, TextContent
+from opentelemetry import trace
 
-from mcpcache.client.entries import Found, decode_result, encode_result, entry_item, merged
+from mcpcache.client.entries import (
+    TOOLS_GROUP,
+    Found,
+    decode_result,
+    encode_result,
+    entry_item,
+    mark_item,
+    merged,
+)
 from mcpcache.client.fence import DEFAULT_STORE_COOLDOWN_S, DEFAULT_STORE_DEADLINE_S, FencedStore
 from mcpcache.client.flights import Flights
 from mcpcache.client.outcomes import CacheStats, CallOutcome, Status
 from mcpcache.client.tier import DEFAULT_DECODED_TIER_BYTES, DecodedTier, copy_result, hold
 from mcpcache.etag import CanonicalizationError
-from mcpcache.keys import Arm, CallIdentity
+from mcpcache.keys import Arm, CallIdentity, readable_server
 from mcpcache.paths import default_store
 from mcpcache.policy import (
     CACHE_MODES,
@@ -53,13 +63,24 @@ from mcpcache.policy import (
     store_arm,
 )
 from mcpcache.protocol import META_KEY, parse_cache_block
-from mcpcache.stores.base import Item, Store, body_checksum
+from mcpcache.stores.base import Match, Store, body_checksum
+
+if TYPE_CHECKING:
+    from fastmcp import Client as FastMCPClient
+    from mcp import Client as MCPClient
+    from mcp import ClientSession
+
+    from mcpcache.client.fastmcp import CachedFastMCPClient
+    from mcpcache.client.inventory import CachedEntry
+    from mcpcache.client.wrappers import CachedMCPClient, CachedSession
 
 __all__ = ["CacheStats", "CallOutcome", "Connection", "ToolCache"]
 
 logger = logging.getLogger("mcpcache.client")
 
 Clock = Callable[[], float]
+K = TypeVar("K")
+V = TypeVar("V")
 
 DEFAULT_KEEP_STALE_S = 7 * 24 * 3600.0
 """How long a stale but tagged entry is kept for cheap revalidation before the store may drop it."""
@@ -144,6 +165,8 @@ class ToolCache:
         if keep_stale_s < 0:
             raise ValueError("keep_stale_s must be >= 0")
         self.store = store if store is not None else default_store("tools.db")
+        self._owns_store = store is None
+        """`close()` closes only a store this cache opened itself (the default one)."""
         self.partition = partition
         self.share_public = share_public
         self.trusted = trusted
@@ -158,6 +181,14 @@ class ToolCache:
         tag, size): a revalidated answer is checked the first time it is served here, not every time."""
         self._ended: LRUCache[str, float] = LRUCache(maxsize=4096)
         """When this process last ended freshness, by mark key (see `end_freshness`)."""
+        self._invalidated: dict[str, float] = {}
+        """When this process last invalidated a call, by its mark key (see `invalidate`); the oldest go first
+        past `_MAX_REMEMBERED`. A plain dict: every lookup reads it, and most read it empty."""
+        self._cleared_at: float | None = None
+        """When this process last cleared the cache: every entry and flight older than that is not fresh here."""
+        self._variants: dict[tuple[str, str, str], None] = {}
+        """(server, era, variant) of the calls this process made, the oldest going first past
+        `_MAX_REMEMBERED`: where an invalidation finds a call's keys."""
         self._store = FencedStore(
             self.store, self._count_store_failure, deadline_s=store_deadline_s, cooldown_s=store_cooldown_s
         )
@@ -169,7 +200,18 @@ class ToolCache:
         """Check stored answers again before serving them (the wrappers call it when tools change)."""
         self._validated.clear()
 
-    def wrap(self, client: Any, *, server_id: str | None = None) -> Any:
+    @overload
+    def wrap(self, client: MCPClient, *, server_id: str | None = None) -> CachedMCPClient: ...
+
+    @overload
+    def wrap(self, client: ClientSession, *, server_id: str | None = None) -> CachedSession: ...
+
+    @overload
+    def wrap(self, client: FastMCPClient[Any], *, server_id: str | None = None) -> CachedFastMCPClient: ...
+
+    def wrap(
+        self, client: MCPClient | ClientSession | FastMCPClient[Any], *, server_id: str | None = None
+    ) -> CachedMCPClient | CachedSession | CachedFastMCPClient:
         """A caching view of `client` (an `mcp.Client`, an `mcp.ClientSession` or a `fastmcp.Client`).
 
         server_id: name the server the client talks to, so that other connections to the same server share
@@ -179,7 +221,89 @@ class ToolCache:
         """
         from mcpcache.client.wrappers import wrap_client
 
-        return wrap_client(self, client, server_id=server_id)
+        view = wrap_client(self, client, server_id=server_id)
+        return cast("CachedMCPClient | CachedSession | CachedFastMCPClient", view)
+
+    # -- seeing and managing what is cached -----------------------------------------------------------
+
+    async def invalidate(
+        self, tool: str | None = None, arguments: Mapping[str, Any] | None = None, *, server_id: str
+    ) -> None:
+        """Never serve again, without asking the server, what is cached for one call on `server_id` (`tool`
+        with `arguments`; None is no arguments, as in `call_tool`), or with no tool for every call on it.
+
+        Works as a mutation does (see `decide_join`): the freshness of what the call (or the server) has
+        cached in this partition ends now, in this process and in the store, so an answer to a request sent
+        before the invalidation, landing after it, is never served as fresh, and no later call shares such a
+        request. The entries this process can name and their decoded copies are dropped as well (for the
+        server, its entries in every partition), so the next call asks for the whole answer.
+
+        `server_id` is the view's (`cached.server_id`); a view's own `invalidate` fills it in. Like a call,
+        it never raises for a failing store: this process honours the invalidation regardless, and other
+        processes sharing the store learn of it only if the store recorded it.
+        """
+        if tool is None:
+            if arguments is not None:
+                raise TypeError("arguments name one call of a tool: pass the tool as well")
+            await self.end_freshness(server_id)
+            self._tier.discard_if(lambda held: held.server == server_id)
+            await self._store.remove_matching(Match(TOOLS_GROUP, server=readable_server(server_id)))
+            return
+        identity = CallIdentity(server_id, self.partition, "", tool, dict(arguments or {}))
+        try:
+            call_mark = identity.call_mark_key()
+        except CanonicalizationError:
+            return  # arguments with no canonical form: such a call is never cached
+        now = self.clock()
+        # Recorded here as well as in the store, as `end_freshness` does, and before anything is removed: from
+        # this moment no lookup in this process takes what the call stored, or a flight sent before, as fresh.
+        _remember(self._invalidated, call_mark, max(now, self._invalidated.get(call_mark, now)))
+        self._tier.discard_if(lambda held: held.call == call_mark)
+        await self._store.save_persistently(call_mark, mark_item(now))
+        for server, era, variant in list(self._variants.keys()):
+            if server == server_id:
+                named = CallIdentity(server_id, self.partition, era, tool, identity.arguments, variant)
+                for key in self._keys(named):
+                    await self._remove(key)
+
+    async def clear(self) -> int:
+        """Remove every tool answer the store holds (every server, every partition); returns how many.
+
+        The freshness marks stay, so nothing cached before is ever taken for fresh again, and in this process
+        no call shares a request sent before the clear. A failing store raises: unlike a call, a clear that
+        did not happen must not look as if it had.
+        """
+        self._cleared_at = self.clock()
+        self._tier.clear()
+        self._validated.clear()
+        return await self.store.remove_matching(Match(TOOLS_GROUP))
+
+    def entries(self, *, server: str | None = None, tool: str | None = None) -> AsyncIterator[CachedEntry]:
+        """What the store holds, a page at a time, each as a person reads it (see `mcpcache cache ls`):
+        `server` is an entry's readable server label, as listed."""
+        from mcpcache.client.inventory import cached_entries
+
+        return cached_entries(self.store, server=server, tool=tool, clock=self.clock)
+
+    async def close(self) -> None:
+        """Close the store if this cache opened it (the default SQLite file); a store you passed stays open."""
+        if self._owns_store:
+            await self.store.close()
+
+    async def __aenter__(self) -> ToolCache:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    def _keys(self, identity: CallIdentity) -> list[str]:
+        """The store keys `identity` may be kept under (its own arm, and the shared one when sharing)."""
+        keys = [identity.key("private")]
+        if self.share_public:
+            keys.append(identity.key("public", share_public=True))
+        return keys
 
     # -- the driver ---------------------------------------------------------------------------------
 
@@ -208,7 +332,10 @@ class ToolCache:
         if mode == "bypass":
             # Nothing is looked up or kept, but a not-modified reply is still never passed off as an answer.
             left_alone = _Looked(None, None, Fetch(store=False, reason=why))
-            return self._finish(*await self._send(conn, identity, "", mode, user_meta, left_alone, conn.timeout_s))
+            sent = await self._send(conn, identity, "", mode, user_meta, left_alone, conn.timeout_s)
+            return self._finish(identity, *sent)
+        if (conn.server_id, conn.era, variant) not in self._variants:
+            _remember(self._variants, (conn.server_id, conn.era, variant), None)
 
         deadline = None if conn.timeout_s is None else anyio.current_time() + conn.timeout_s
         while True:
@@ -217,7 +344,7 @@ class ToolCache:
             if isinstance(looked.decision, ServeFresh):
                 served = self._serve_fresh(looked)
                 if served is not None:
-                    return self._finish(*served)
+                    return self._finish(identity, *served)
                 looked = await self._unreadable(looked)
             shareable = False
             if mode == "use":
@@ -235,7 +362,7 @@ class ToolCache:
                     case JoinFlight() if flight is not None:
                         shared = await self._flights.follow(flight, deadline)
                         if shared is not None:
-                            return self._finish(*shared)
+                            return self._finish(identity, *shared)
                         continue  # the leader failed for reasons of its own: this call goes on
                     case JoinFlight():
                         shareable = True
@@ -266,7 +393,7 @@ class ToolCache:
             if flight is not None:
                 flight.result, flight.outcome = result, outcome
                 flight.size = self._tier.size_of(key)
-            return self._finish(result, outcome)
+            return self._finish(identity, result, outcome)
         except BaseException as exc:
             if flight is not None:
                 flight.error = exc
@@ -275,9 +402,14 @@ class ToolCache:
             if flight is not None:
                 self._flights.land(key, flight)
 
-    def _finish(self, result: CallToolResult, outcome: CallOutcome) -> tuple[CallToolResult, CallOutcome]:
+    def _finish(
+        self, identity: CallIdentity, result: CallToolResult, outcome: CallOutcome
+    ) -> tuple[CallToolResult, CallOutcome]:
         self.stats.record(outcome)
-        logger.debug("tool cache: %s (%s)", outcome.status, outcome.reason)
+        if logger.isEnabledFor(logging.DEBUG):
+            server = readable_server(identity.server)
+            logger.debug("tool %r on %s: %s (%s)", identity.tool, server, outcome.status, outcome.reason)
+        _annotate_span(identity, outcome)
         return result, outcome
 
     async def _look(
@@ -288,8 +420,8 @@ class ToolCache:
         arms: list[tuple[Arm, str]] = [("private", private_key)]
         if self.share_public:
             arms.append(("public", identity.key("public", share_public=True)))
-        mark_key = identity.mark_key()
-        keys = [key for _, key in arms] + [mark_key]
+        mark_key, call_mark = identity.mark_key(), identity.call_mark_key()
+        keys = [key for _, key in arms] + [mark_key, call_mark]
         # With a decoded copy at hand, the store is asked for the metadata only (freshness, the tag and the
         # checksum of what it holds); the copy is used only if it is the decoding of that very version.
         peek = not bodies and any(self._tier.holds(key) for _, key in arms)
@@ -309,14 +441,29 @@ class ToolCache:
                     if decoded is None:
                         # Not the version the store holds now (another writer's): the lookup again, with bodies.
                         return await self._look(identity, private_key, mode, bodies=True)
-                    found = Found(key, arm, entry, item, decoded)
+                    found = Found(key, arm, entry, item, decoded, identity.server, call_mark)
                 else:
-                    found = Found(key, arm, entry, item)
+                    found = Found(key, arm, entry, item, None, identity.server, call_mark)
                 break
-        mark = items[-1]
-        ended = freshness_ended_at(self._ended.get(mark_key), mark.meta.get("endedAt") if mark else None)
+        server_mark, call_mark_item = items[-2], items[-1]
+        ended = freshness_ended_at(
+            self._ended_here(mark_key, call_mark),
+            server_mark.meta.get("endedAt") if server_mark is not None else None,
+            call_mark_item.meta.get("endedAt") if call_mark_item is not None else None,
+        )
         entry = found.entry if found is not None else None
         return _Looked(found, ended, decide_lookup(mode, entry, self.clock(), ended))
+
+    def _ended_here(self, mark_key: str, call_mark: str) -> float | None:
+        """When this process last ended the freshness of a call's entries: a mutation or notification (its
+        server's), an invalidation (its own) or a clear (everything's), whichever came last."""
+        latest = self._ended.get(mark_key)
+        if not self._invalidated and self._cleared_at is None:
+            return latest
+        for at in (self._invalidated.get(call_mark), self._cleared_at):
+            if at is not None and (latest is None or at > latest):
+                latest = at
+        return latest
 
     async def _remove(self, key: str) -> None:
         self._tier.discard(key)
@@ -331,7 +478,8 @@ class ToolCache:
         stored = decode_result(body)
         if stored is None or not self._tier.admits(len(body)) or not found.item.checksum:
             return stored
-        self._tier.put(found.key, hold(stored, body, found.item.tag, found.item.checksum))
+        held = hold(stored, body, found.item.tag, found.item.checksum, server=found.server_id, call=found.call)
+        self._tier.put(found.key, held)
         return copy_result(stored)
 
     def _serve_fresh(self, looked: _Looked) -> tuple[CallToolResult, CallOutcome] | None:
@@ -357,8 +505,7 @@ class ToolCache:
         # Kept here as well as in the store: a store that fails to save the mark (or loses it to eviction)
         # must not make this process serve, as fresh, entries the server has since changed.
         self._ended[mark_key] = max(now, self._ended.get(mark_key, now))
-        item = Item(meta={"endedAt": now}, body=b"", group="marks", created_at=now, stamp=now)
-        await self._store.save_persistently(mark_key, item)
+        await self._store.save_persistently(mark_key, mark_item(now))
 
     async def _send(
         self,
@@ -452,7 +599,8 @@ class ToolCache:
             case _:
                 assert_never(decision)
         body = encode_result(reply)
-        meta = replace(decision.meta, size=len(body))
+        marks = (identity.mark_key(), identity.call_mark_key())
+        meta = replace(decision.meta, size=len(body), arguments=identity.readable_arguments(), marks=marks)
         arm = store_arm(meta.scope, self.share_public)
         own = private_key if arm == "private" else identity.key("public", share_public=True)
         if arm == "public":
@@ -460,10 +608,13 @@ class ToolCache:
         elif found is not None and found.key != own:
             await self._remove(found.key)
         self._tier.discard(own)
-        stored = await self._store.save(own, entry_item(meta, body, self._expires_at(meta)))
+        item = entry_item(meta, body, self._expires_at(meta), server=readable_server(identity.server))
+        stored = await self._store.save(own, item)
         if stored and self._tier.admits(len(body)):
             # Kept decoded as a copy of its own: `reply` is the caller's to change.
-            self._tier.put(own, hold(copy_result(reply), body, meta.etag, body_checksum(body)))
+            copy = copy_result(reply)
+            held = hold(copy, body, meta.etag, body_checksum(body), server=identity.server, call=marks[1])
+            self._tier.put(own, held)
         if not stored:
             why = "not stored: the store holds a newer answer, or could not take this one"
             return reply, CallOutcome("miss", False, f"{lookup_reason}; {why}")
@@ -514,3 +665,32 @@ class ToolCache:
         read_only = await conn.read_only(name) if self.trusted else None
         if ends_freshness(read_only=read_only, trusted=self.trusted, answered_with_block=False):
             await self.end_freshness(conn.server_id, conn.era)
+
+
+_MAX_REMEMBERED = 4096
+
+
+def _remember(memory: dict[K, V], key: K, value: V) -> None:
+    """Set `key`, dropping the oldest entries past `_MAX_REMEMBERED`."""
+    memory.pop(key, None)
+    memory[key] = value
+    while len(memory) > _MAX_REMEMBERED:
+        del memory[next(iter(memory))]
+
+
+def _annotate_span(identity: CallIdentity, outcome: CallOutcome) -> None:
+    """What the cache did, on the caller's current span when a tracer records it (nothing otherwise): as
+    attributes (the last call under a span wins) and as one event per call."""
+    span = trace.get_current_span()
+    if not span.is_recording():
+        return
+    attributes: dict[str, str | int | bool] = {
+        "mcpcache.outcome": outcome.status,
+        "mcpcache.coalesced": outcome.coalesced,
+        "mcpcache.stored": outcome.stored,
+        "mcpcache.bytes_saved": outcome.bytes_saved,
+        "mcpcache.tool": identity.tool,
+        "mcpcache.server": readable_server(identity.server),
+    }
+    span.set_attributes(attributes)
+    span.add_event("mcpcache.tool_call", attributes)

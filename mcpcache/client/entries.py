@@ -39,17 +39,33 @@ def merged(result: CallToolResult, block: CacheBlock, meta_key: str) -> CallTool
     return result.model_copy(update={"meta": meta})
 
 
-def entry_item(meta: EntryMeta, body: bytes, expires_at: float) -> Item:
-    """The store item for an answer: the store compares `tag` on a revalidation and `stamp` on a save."""
+TOOLS_GROUP = "tools"
+"""The store group of the tool cache's answers (what `mcpcache cache` lists, counts and clears)."""
+
+MARKS_GROUP = "marks"
+"""The store group of the freshness marks: when a server's entries in a partition, or one call's, stopped
+being fresh."""
+
+
+def entry_item(meta: EntryMeta, body: bytes, expires_at: float, *, server: str) -> Item:
+    """The store item for an answer: the store compares `tag` on a revalidation and `stamp` on a save, and
+    labels it with `server` (`mcpcache.keys.readable_server`) and the tool, for people to list it by."""
     return Item(
         meta=meta.to_json(),
         body=body,
-        group="tools",
+        group=TOOLS_GROUP,
         created_at=meta.received_at,
         expires_at=expires_at,
         tag=meta.etag,
         stamp=meta.requested_at,
+        server=server,
+        tool=meta.tool,
     )
+
+
+def mark_item(ended_at: float) -> Item:
+    """A freshness mark: stamped with its time, so an earlier end never replaces a later one in the store."""
+    return Item(meta={"endedAt": ended_at}, body=b"", group=MARKS_GROUP, created_at=ended_at, stamp=ended_at)
 
 
 @dataclass(frozen=True)
@@ -62,6 +78,9 @@ class Found:
     entry: EntryMeta
     item: Item
     decoded: Decoded | None = None
+    server_id: str = ""
+    call: str = ""
+    """The call's mark (`CallIdentity.call_mark_key`), by which an invalidation finds its decoded copy."""
 
     @property
     def size(self) -> int:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import pickle
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,6 +90,10 @@ class Decoded:
     """Never handed out: every serve gets `copy()`."""
     pickled: bytes | None
     """For answers of many small values: the pickled answer, rebuilt on every serve instead."""
+    server: str = ""
+    """The server the answer came from, and the mark of its call (`CallIdentity.call_mark_key`): what an
+    invalidation drops the held copy by, whatever its protocol era or arm."""
+    call: str = ""
 
     def copy(self) -> CallToolResult:
         if self.pickled is not None:
@@ -102,7 +107,9 @@ def _many_small_values(body: bytes) -> bool:
     return len(body) >= 4096 and len(body) < _SMALL_NODES * (body.count(b",") + 1)
 
 
-def hold(result: CallToolResult, body: bytes, tag: str | None, checksum: str) -> Decoded:
+def hold(
+    result: CallToolResult, body: bytes, tag: str | None, checksum: str, *, server: str = "", call: str = ""
+) -> Decoded:
     """What the tier keeps for `result` (which the caller must not hand out afterwards), stored as `body`."""
     pickled = None
     if _many_small_values(body):
@@ -110,7 +117,7 @@ def hold(result: CallToolResult, body: bytes, tag: str | None, checksum: str) ->
             pickled = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception:  # an answer holding something pickle cannot take: the structural copy serves it
             pickled = None
-    return Decoded(tag, checksum, len(body), result, pickled)
+    return Decoded(tag, checksum, len(body), result, pickled, server, call)
 
 
 class DecodedTier:
@@ -164,6 +171,13 @@ class DecodedTier:
         held = self._held.pop(key, None)
         if held is not None:
             self.bytes -= held.size
+
+    def discard_if(self, doomed: Callable[[Decoded], bool]) -> int:
+        """Drop every held answer `doomed` picks; returns how many."""
+        keys = [key for key, held in self._held.items() if doomed(held)]
+        for key in keys:
+            self.discard(key)
+        return len(keys)
 
     def clear(self) -> None:
         self._held.clear()

@@ -306,6 +306,11 @@ class _CachedView:
         type (what references and proxies build on)."""
         raise NotImplementedError
 
+    async def invalidate(self, tool: str | None = None, arguments: Mapping[str, Any] | None = None) -> None:
+        """Never serve again, without asking the server, what is cached for `tool` called with `arguments`
+        (None: no arguments), or with no tool for every call on this view's server (`ToolCache.invalidate`)."""
+        await self._cache.invalidate(tool, arguments, server_id=self.server_id)
+
     async def _execute(
         self,
         name: str,
@@ -459,7 +464,7 @@ class CachedSession(_CachedView):
         return result
 
 
-def wrap_client(cache: ToolCache, client: Any, *, server_id: str | None = None) -> Any:
+def wrap_client(cache: ToolCache, client: Any, *, server_id: str | None = None) -> _CachedView:
     view = _view_of(cache, client, server_id)
     view._hook_if_connected()
     return view

@@ -27,13 +27,13 @@ Contract, checked by tests/stores/test_contract.py against every store:
   replaces it. The comparison and the write are one atomic step in every store: one synchronous method in
   memory (atomic across the tasks of its event loop), one write transaction in SQLite and one Lua script
   in Redis (atomic across tasks and processes).
-- Otherwise `save` replaces the whole item (its group and tag too) and returns True if the item is now
+- Otherwise `save` replaces the whole item (its group, tag and labels too) and returns True if the item is now
   stored. A store bounded in bytes or items evicts least-recently-used items (loads, saves and
   `update_meta` all count as use) until the new item fits; an item larger than the whole byte bound is not
-  stored (False), and the item it would have replaced is gone. The tag and stamp are not counted in
-  `Item.size`.
-- `update_meta` replaces the metadata and expiry of an existing live item, keeping its body, group, tag
-  and checksum, and counts as a use; False if absent. Atomically with the change:
+  stored (False), and the item it would have replaced is gone. The tag, stamp and labels are not
+  counted in `Item.size`.
+- `update_meta` replaces the metadata and expiry of an existing live item, keeping its body, group, tag,
+  checksum and labels, and counts as a use; False if absent. Atomically with the change:
   - with `if_tag`, it changes the item only if the item's stored `tag` equals `if_tag` exactly (an item
     saved without a tag never matches); otherwise False and nothing changes (compare-and-set: a
     revalidation may only freshen the body whose tag it sent);
@@ -42,6 +42,19 @@ Contract, checked by tests/stores/test_contract.py against every store:
   If the new size no longer fits the byte bound, or the new expiry has passed, the item is dropped (it
   still returns True: the item existed and the update was admitted). A refused `save` or `update_meta`
   does not count as a use.
+- Every item carries two labels a person can read and filter by, `server` and `tool` ("" when none: the
+  tool cache's answers name the server and the tool they came from). They come back from every load, peek
+  and listing, `save` replaces them with the rest of the item, and `update_meta` keeps them.
+- Listing (`list_page`) walks the live items of one group, optionally of one server and one tool, in pages:
+  each entry the item without its body (not read, not verified), its key and its size. It never counts as
+  a use and never returns an expired item. A walk (from no cursor to a page whose cursor is None) returns
+  every matching item that stays live throughout at least once, and exactly once while nothing is removed
+  from the store during the walk (Redis's cursor may repeat an item when its index shrinks); an item saved
+  or removed during the walk may or may not appear. A page holds at most `limit` entries (Redis: what one
+  scan step of its index met, about `limit`, and all of a namespace of at most 128 items at once) and may
+  hold fewer, even none, before the end. A record that cannot be decoded is skipped (the next load deletes
+  it). `count` is what a walk would sum, and `remove_matching` removes what it would list, returning how
+  many; both leave other groups, servers and tools alone.
 - Group operations affect exactly the items saved with that group. `remove_created_before` drops items
   whose group starts with the prefix ("" matches every group) and whose `created_at` is strictly earlier.
   `trim_group` evicts in least-recently-used order and returns how many live items it evicted.
@@ -62,7 +75,7 @@ import logging
 import math
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -90,10 +103,14 @@ class Item:
     checksum: str = field(default="", compare=False)
     """`body_checksum(body)` as the store recorded it; filled on load, ignored on save. Not compared: an item
     loaded back equals the item saved."""
+    server: str = ""
+    """A label a person can read and list by: for a tool answer, the server it came from ("" for none)."""
+    tool: str = ""
+    """A label a person can read and list by: for a tool answer, the tool's name ("" for none)."""
 
     @property
     def size(self) -> int:
-        """What the item counts against a byte bound (body plus encoded metadata)."""
+        """What the item counts against a byte bound (body plus encoded metadata; not the tag, stamp or labels)."""
         return len(self.body) + len(encode_meta(self.meta))
 
 
@@ -101,6 +118,61 @@ class Item:
 class Usage:
     items: int
     bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """Which items a listing, a count or a removal covers: one group and, when given, one server and one tool
+    (exact labels, see `Item.server` and `Item.tool`)."""
+
+    group: str
+    server: str | None = None
+    tool: str | None = None
+
+    def matches(self, group: str, server: str, tool: str) -> bool:
+        return (
+            group == self.group
+            and (self.server is None or server == self.server)
+            and (self.tool is None or tool == self.tool)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """One item of a listing: its key, the item without its body (`body=b""`), and what it counts against a
+    byte bound (`Item.size` of the item as stored)."""
+
+    key: str
+    item: Item
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    entries: tuple[Listed, ...]
+    cursor: str | None
+    """Where the next page starts (opaque; pass it back as is), or None when the walk is done."""
+
+
+DEFAULT_PAGE_SIZE = 200
+
+
+def position_cursor(server: str, tool: str, key: str) -> str:
+    """The cursor of a listing in (server, tool, key) order that continues after that position."""
+    return orjson.dumps([server, tool, key]).decode()
+
+
+def cursor_position(cursor: str | None) -> tuple[str, str, str] | None:
+    """The position `position_cursor` wrote (None: from the start); any other string raises ValueError."""
+    if cursor is None:
+        return None
+    try:
+        value = orjson.loads(cursor)
+    except orjson.JSONDecodeError:
+        value = None
+    if not (isinstance(value, list) and len(value) == 3 and all(isinstance(part, str) for part in value)):
+        raise ValueError(f"not a listing cursor of this store: {cursor!r}")
+    return value[0], value[1], value[2]
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +336,40 @@ class Store(SDKResponseCacheMixin, ABC):
     @abstractmethod
     async def remove_all(self) -> None:
         """Drop everything this store holds (within its namespace)."""
+
+    @abstractmethod
+    async def list_page(self, match: Match, cursor: str | None = None, limit: int = DEFAULT_PAGE_SIZE) -> Page:
+        """One page of the live items `match` covers, without their bodies (see the module docstring)."""
+
+    async def entries(self, match: Match, *, page_size: int = DEFAULT_PAGE_SIZE) -> AsyncIterator[Listed]:
+        """Every live item `match` covers, without its body, a page at a time: a store of any size is walked
+        with one page in memory."""
+        cursor: str | None = None
+        while True:
+            page = await self.list_page(match, cursor, page_size)
+            for listed in page.entries:
+                yield listed
+            if page.cursor is None:
+                return
+            cursor = page.cursor
+
+    async def count(self, match: Match) -> Usage:
+        """Items and bytes `match` covers, as a walk would sum them. Stores override it where they can count
+        without shipping every item's metadata."""
+        items = held = 0
+        async for listed in self.entries(match):
+            items += 1
+            held += listed.size
+        return Usage(items=items, bytes=held)
+
+    async def remove_matching(self, match: Match) -> int:
+        """Remove every live item `match` covers; returns how many were removed. This default removes a page
+        at a time what the walk lists; stores override it where one statement or script can do it."""
+        removed = 0
+        async for listed in self.entries(match):
+            await self.remove(listed.key)
+            removed += 1
+        return removed
 
     def now(self) -> float:
         """The store's clock (epoch seconds): what expiry is judged against, and the default creation time."""

@@ -31,14 +31,20 @@ from typing import Any
 from cachetools import Cache, LRUCache
 
 from mcpcache.stores.base import (
+    DEFAULT_PAGE_SIZE,
     Item,
+    Listed,
+    Match,
+    Page,
     Store,
     StoreLimits,
     Usage,
     body_checksum,
     check_stamp,
+    cursor_position,
     decode_meta,
     encode_meta,
+    position_cursor,
 )
 
 logger = logging.getLogger("mcpcache.stores.memory")
@@ -58,6 +64,8 @@ class _Record:
     tag: str | None
     stamp: float
     checksum: str
+    server: str
+    tool: str
     seq: int
     """Tells a live record from a stale entry of the expiry heap."""
 
@@ -142,6 +150,8 @@ class MemoryStore(Store):
             record.tag,
             record.stamp,
             record.checksum,
+            record.server,
+            record.tool,
         )
 
     async def save(self, key: str, item: Item) -> bool:
@@ -156,7 +166,17 @@ class MemoryStore(Store):
             return False
         self._delete(key)
         record = _Record(
-            meta, body, item.group, item.created_at, item.expires_at, item.tag, stamp, checksum, next(self._seq)
+            meta,
+            body,
+            item.group,
+            item.created_at,
+            item.expires_at,
+            item.tag,
+            stamp,
+            checksum,
+            item.server,
+            item.tool,
+            next(self._seq),
         )
         return self._insert(key, record)
 
@@ -189,6 +209,8 @@ class MemoryStore(Store):
             old.tag,
             old.stamp if new_stamp is None else new_stamp,
             old.checksum,
+            old.server,
+            old.tool,
             next(self._seq),
         )
         self._insert(key, record)
@@ -235,6 +257,49 @@ class MemoryStore(Store):
             return Usage(items=len(self._items), bytes=int(self._items.currsize))
         index = self._groups.get(group)
         return Usage(0, 0) if index is None else Usage(items=len(index.order), bytes=index.bytes)
+
+    async def list_page(self, match: Match, cursor: str | None = None, limit: int = DEFAULT_PAGE_SIZE) -> Page:
+        # In (server, tool, key) order, the order SQLite lists in; the cursor is the last position listed.
+        after = cursor_position(cursor)
+        self._purge_expired()
+        index = self._groups.get(match.group)
+        if index is None:
+            return Page((), None)
+        candidates = (
+            ((record.server, record.tool, key), record)
+            for key in index.order
+            if (record := self._peek(key)) is not None and match.matches(record.group, record.server, record.tool)
+        )
+        if after is not None:
+            candidates = (candidate for candidate in candidates if candidate[0] > after)
+        chosen = heapq.nsmallest(limit + 1, candidates, key=lambda candidate: candidate[0])
+        more = len(chosen) > limit
+        entries = tuple(_listed(position[2], record) for position, record in chosen[:limit])
+        last = chosen[limit - 1][0] if more else None
+        return Page(entries, None if last is None else position_cursor(*last))
+
+    async def count(self, match: Match) -> Usage:
+        self._purge_expired()
+        index = self._groups.get(match.group)
+        if index is None:
+            return Usage(0, 0)
+        records = [self._peek(key) for key in index.order]
+        chosen = [r for r in records if r is not None and match.matches(r.group, r.server, r.tool)]
+        return Usage(items=len(chosen), bytes=sum(record.size for record in chosen))
+
+    async def remove_matching(self, match: Match) -> int:
+        self._purge_expired()
+        index = self._groups.get(match.group)
+        if index is None:
+            return 0
+        doomed = [
+            key
+            for key in index.order
+            if (record := self._peek(key)) is not None and match.matches(record.group, record.server, record.tool)
+        ]
+        for key in doomed:
+            self._delete(key)
+        return len(doomed)
 
     async def remove_all(self) -> None:
         self._items.clear()
@@ -299,3 +364,20 @@ class MemoryStore(Store):
             live = ((self._peek(key), key) for key in self._items)
             self._expiry = [(r.expires_at, r.seq, k) for r, k in live if r is not None and r.expires_at is not None]
             heapq.heapify(self._expiry)
+
+
+def _listed(key: str, record: _Record) -> Listed:
+    meta = decode_meta(record.meta) or {}
+    item = Item(
+        meta,
+        b"",
+        record.group,
+        record.created_at,
+        record.expires_at,
+        record.tag,
+        record.stamp,
+        record.checksum,
+        record.server,
+        record.tool,
+    )
+    return Listed(key, item, record.size)

@@ -13,7 +13,8 @@ load; a corrupt record is deleted by a script that first checks the record is st
 The keys, and the indexes that make group operations and LRU trimming cheap:
 
 - `i:<key>`     hash: the item itself, with the Redis expiry. Fields: m meta, b body, g group, c created,
-                x expiry, t tag (absent for None), s stamp, k checksum, v save version (a `tick`), z size.
+                x expiry, t tag (absent for None), s stamp, k checksum, v save version (a `tick`), z size,
+                sv and tl the server and tool labels (absent in items saved before they were kept: "").
                 It describes itself fully: the indexes below can all be rebuilt from the items.
 - `d`           hash key -> "<size> <group>": the directory, the index's authority (an item is indexed,
                 and counted, exactly when it has an entry here)
@@ -61,7 +62,11 @@ with needs("redis", "the Redis store"):
     from redis.backoff import NoBackoff
 
 from mcpcache.stores.base import (
+    DEFAULT_PAGE_SIZE,
     Item,
+    Listed,
+    Match,
+    Page,
     Store,
     StoreLimits,
     Usage,
@@ -275,7 +280,7 @@ if op == 'load' then
     return false
   end
   if d then touch(k, group_of(d)) else reindex(k, ik) end
-  local fields = redis.call('HMGET', ik, 'm', 'b', 'g', 'c', 'x', 't', 's', 'k', 'v')
+  local fields = redis.call('HMGET', ik, 'm', 'b', 'g', 'c', 'x', 't', 's', 'k', 'sv', 'tl', 'v')
   if fields[5] == '' and IDLE ~= '' then redis.call('PEXPIRE', ik, IDLE) end
   return fields
 
@@ -292,7 +297,7 @@ elseif op == 'peek' then
       out[i] = {}
     else
       if d then touch(k, group_of(d)) else reindex(k, ik) end
-      local fields = redis.call('HMGET', ik, 'm', 'g', 'c', 'x', 't', 's', 'k', 'v')
+      local fields = redis.call('HMGET', ik, 'm', 'g', 'c', 'x', 't', 's', 'k', 'sv', 'tl', 'v')
       if fields[4] == '' and IDLE ~= '' then redis.call('PEXPIRE', ik, IDLE) end
       out[i] = fields
     end
@@ -302,7 +307,7 @@ elseif op == 'peek' then
 elseif op == 'save' then
   local k, meta, body, g, created, exp, exp_raw = A[1], A[2], A[3], A[4], A[5], A[6], A[7]
   local size, max_b, max_n = A[8], tonumber(A[9]), tonumber(A[10])
-  local has_tag, tag, stamp, sum = A[11], A[12], A[13], A[14]
+  local has_tag, tag, stamp, sum, server, tool = A[11], A[12], A[13], A[14], A[15], A[16]
   local held = live_stamp(k)
   if held and held > tonumber(stamp) then return 0 end
   drop(k)
@@ -313,7 +318,7 @@ elseif op == 'save' then
   local ik = P .. 'i:' .. k
   local version = redis.call('INCR', TICK)
   redis.call('HSET', ik, 'm', meta, 'b', body, 'g', g, 'c', created, 'x', exp_raw, 's', stamp, 'k', sum, 'v', version,
-    'z', size)
+    'z', size, 'sv', server, 'tl', tool)
   if has_tag == '1' then redis.call('HSET', ik, 't', tag) end
   expire(ik, exp)
   index(k, g, size, created, exp)
@@ -397,6 +402,38 @@ elseif op == 'sweep' then
   if #ks < count then return -1 end
   return at + count - n
 
+elseif op == 'list' or op == 'count' or op == 'remove_matching' then
+  -- One step of a walk over the directory (HSCAN: every entry present throughout is met at least once),
+  -- over the items of group g and, when given, of one server and one tool. Returns the next cursor ('0' at
+  -- the end) and, for 'list', key and fields of each match; for 'count', items and bytes; for
+  -- 'remove_matching', how many it dropped. Items are read without their bodies and are not touched.
+  local g, has_server, server, has_tool, tool, cursor, count = A[1], A[2], A[3], A[4], A[5], A[6], A[7]
+  local scanned = redis.call('HSCAN', D, cursor, 'COUNT', count)
+  local entries = scanned[2]
+  local out, n, bytes = {}, 0, 0
+  for i = 1, #entries, 2 do
+    local k = entries[i]
+    if group_of(entries[i + 1]) == g then
+      local ik = P .. 'i:' .. k
+      if is_hash(ik) then
+        local f = redis.call('HMGET', ik, 'm', 'g', 'c', 'x', 't', 's', 'k', 'sv', 'tl', 'v', 'z')
+        if (has_server == '0' or (f[8] or '') == server) and (has_tool == '0' or (f[9] or '') == tool) then
+          if op == 'list' then
+            out[#out + 1] = k
+            out[#out + 1] = f
+          elseif op == 'count' then
+            n = n + 1
+            bytes = bytes + (tonumber(f[11] or '') or item_size(ik))
+          else
+            n = n + drop(k)
+          end
+        end
+      end
+    end
+  end
+  if op == 'list' then return {scanned[1], out} end
+  return {scanned[1], n, bytes}
+
 elseif op == 'usage' then
   local g = A[1]
   if g == nil then return redis.call('HMGET', U, 'n', 'b') end
@@ -421,6 +458,9 @@ POLICY_RECHECK_S = 60.0
 DEFAULT_SOCKET_TIMEOUT_S = 0.5
 DEFAULT_CONNECT_TIMEOUT_S = 0.5
 DEFAULT_COOLDOWN_S = 5.0
+
+_SCAN_COUNT = 500
+"""Directory entries one count or removal step looks at (one script run: short, so Redis never blocks long)."""
 
 
 class RedisStore(Store):
@@ -517,8 +557,7 @@ class RedisStore(Store):
         item, fault = _decode_fields(fields)
         if item is None:
             logger.warning("Redis namespace %r: dropping a corrupt record under key %r: %s", self.namespace, key, fault)
-            version = fields[8] if len(fields) == 9 and isinstance(fields[8], bytes) else b""
-            await self._call("drop_corrupt", key, version)
+            await self._call("drop_corrupt", key, _version(fields))
         return item
 
     async def peek_many(self, keys: Sequence[str]) -> list[Item | None]:
@@ -536,8 +575,7 @@ class RedisStore(Store):
                 logger.warning(
                     "Redis namespace %r: dropping a corrupt record under key %r: %s", self.namespace, key, fault
                 )
-                version = fields[7] if len(fields) == 8 and isinstance(fields[7], bytes) else b""
-                await self._call("drop_corrupt", key, version)
+                await self._call("drop_corrupt", key, _version(fields))
             items.append(item)
         return items
 
@@ -557,6 +595,8 @@ class RedisStore(Store):
             *_tag(item.tag),
             repr(stamp),
             body_checksum(item.body),
+            item.server,
+            item.tool,
         )
         return bool(stored)
 
@@ -601,6 +641,42 @@ class RedisStore(Store):
         counts = await self._call("usage") if group is None else await self._call("usage", group)
         items, held = (int(value or 0) for value in counts)
         return Usage(items=items, bytes=held)
+
+    async def list_page(self, match: Match, cursor: str | None = None, limit: int = DEFAULT_PAGE_SIZE) -> Page:
+        # The cursor is the directory's HSCAN cursor: a page is what one scan step met, so it may hold fewer
+        # entries than `limit` (even none) before the end.
+        reply = await self._call("list", *_matching(match), _scan_cursor(cursor), limit)
+        next_cursor, found = reply
+        entries: list[Listed] = []
+        for at in range(0, len(found), 2):
+            key, fields = found[at], found[at + 1]
+            # The load's field order, with an empty body in its place (not read, so not verified), and the size.
+            item, _ = _decode_fields([fields[0], b"", *fields[1:10]], verify=False)
+            if item is None or not isinstance(key, bytes):
+                continue  # a corrupt record is skipped; the next load deletes it
+            size = fields[10]
+            entries.append(Listed(key.decode(), item, int(size) if size else item.size))
+        return Page(tuple(entries), None if next_cursor in (b"0", 0) else _text(next_cursor))
+
+    async def count(self, match: Match) -> Usage:
+        items = held = 0
+        cursor = "0"
+        while True:
+            next_cursor, found, size = await self._call("count", *_matching(match), cursor, _SCAN_COUNT)
+            items, held = items + int(found), held + int(size)
+            if next_cursor in (b"0", 0):
+                return Usage(items=items, bytes=held)
+            cursor = _text(next_cursor)
+
+    async def remove_matching(self, match: Match) -> int:
+        removed = 0
+        cursor = "0"
+        while True:
+            next_cursor, dropped, _ = await self._call("remove_matching", *_matching(match), cursor, _SCAN_COUNT)
+            removed += int(dropped)
+            if next_cursor in (b"0", 0):
+                return removed
+            cursor = _text(next_cursor)
 
     async def remove_all(self) -> None:
         # Not one script: a namespace can be large, and a SCAN never blocks the server for long. An item
@@ -685,12 +761,36 @@ def _tag(tag: str | None) -> tuple[str, str]:
     return ("0", "") if tag is None else ("1", tag)
 
 
+def _matching(match: Match) -> tuple[str, str, str, str, str]:
+    """A `Match` as the script's arguments: the group, then whether a server is given and which, and the tool."""
+    server, tool = match.server, match.tool
+    return match.group, "0" if server is None else "1", server or "", "0" if tool is None else "1", tool or ""
+
+
+def _scan_cursor(cursor: str | None) -> str:
+    if cursor is None:
+        return "0"
+    if not cursor.isdigit():
+        raise ValueError(f"not a listing cursor of this store: {cursor!r}")
+    return cursor
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _version(fields: Sequence[object]) -> bytes:
+    """The save version a load or peek read (the last field), for `drop_corrupt`."""
+    version = fields[-1] if fields else None
+    return version if isinstance(version, bytes) else b""
+
+
 def _decode_fields(fields: Sequence[object], *, verify: bool = True) -> tuple[Item | None, str]:
     """The item from its hash fields, or None and what is wrong: a field missing or malformed, or a body
     that does not match its checksum (a record written before checksums were kept has none)."""
-    if len(fields) != 9:
+    if len(fields) != 11:
         return None, "unexpected fields"
-    raw_meta, body, group, created, expiry, tag, stamp, checksum, _ = fields
+    raw_meta, body, group, created, expiry, tag, stamp, checksum, server, tool = fields[:10]
     if not (
         isinstance(raw_meta, bytes)
         and isinstance(group, bytes)
@@ -698,6 +798,8 @@ def _decode_fields(fields: Sequence[object], *, verify: bool = True) -> tuple[It
         and isinstance(expiry, bytes)
         and isinstance(stamp, bytes)
         and (tag is None or isinstance(tag, bytes))
+        and (server is None or isinstance(server, bytes))
+        and (tool is None or isinstance(tool, bytes))
     ):
         return None, "a field is missing"
     if not isinstance(body, bytes):
@@ -712,6 +814,8 @@ def _decode_fields(fields: Sequence[object], *, verify: bool = True) -> tuple[It
         expires_at = float(expiry) if expiry else None
         stamp_value = float(stamp)
         checksum_text = checksum.decode()
+        server_label = "" if server is None else server.decode()
+        tool_label = "" if tool is None else tool.decode()
     except ValueError:  # UnicodeDecodeError is a ValueError too
         return None, "a field is malformed"
     if meta is None:
@@ -722,7 +826,9 @@ def _decode_fields(fields: Sequence[object], *, verify: bool = True) -> tuple[It
         return None, "a time is not a number"
     if verify and body_checksum(body) != checksum_text:
         return None, "the body does not match its checksum"
-    item = Item(meta, body, group_name, created_at, expires_at, tag_text, stamp_value, checksum_text)
+    item = Item(
+        meta, body, group_name, created_at, expires_at, tag_text, stamp_value, checksum_text, server_label, tool_label
+    )
     return item, ""
 
 

@@ -74,14 +74,20 @@ from typing import Any, TypeGuard, TypeVar
 import anyio.to_thread
 
 from mcpcache.stores.base import (
+    DEFAULT_PAGE_SIZE,
     Item,
+    Listed,
+    Match,
+    Page,
     Store,
     StoreLimits,
     Usage,
     body_checksum,
     check_stamp,
+    cursor_position,
     decode_meta,
     encode_meta,
+    position_cursor,
 )
 
 logger = logging.getLogger("mcpcache.stores.sqlite")
@@ -96,10 +102,10 @@ DEFAULT_MAX_BYTES = 1024 * MiB
 DEFAULT_BUSY_TIMEOUT_S = 0.25
 """How long a write waits for the write lock by default (see the module docstring for why)."""
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Kept in `PRAGMA user_version`; an older file is migrated, a newer one left alone for its own version (this
 store then uses a file beside it, see the module docstring). Version 2 added the tag, stamp and checksum
-columns of `items`."""
+columns of `items`; version 3 the `server` and `tool` labels and the index listings walk (see `_prepare`)."""
 
 _MAX_IDLE_READERS = 4
 _UNBOUNDED_WAL_BASIS = 256 * MiB
@@ -110,6 +116,10 @@ _SHORT_READ = 522  # SQLITE_IOERR_SHORT_READ: the file ends before a page it poi
 
 _MAX_PENDING_TOUCHES = 10_000
 _EVICTION_BATCH = 64
+_REMOVAL_BATCH = 500
+
+_LISTING_INDEX = "CREATE INDEX items_listing ON items (ns, grp, server, tool, key)"
+"""What a listing walks, in its order: a page is an index range, whatever the store holds."""
 
 _SCHEMA = (
     """CREATE TABLE items (
@@ -125,6 +135,8 @@ _SCHEMA = (
         tag TEXT,
         stamp REAL NOT NULL,
         checksum TEXT NOT NULL,
+        server TEXT NOT NULL DEFAULT '',
+        tool TEXT NOT NULL DEFAULT '',
         UNIQUE (ns, key)
     )""",
     "CREATE TABLE bodies (item_id INTEGER PRIMARY KEY, body BLOB NOT NULL)",
@@ -134,6 +146,7 @@ _SCHEMA = (
     "CREATE INDEX items_lru ON items (ns, accessed)",
     "CREATE INDEX items_group_lru ON items (ns, grp, accessed)",
     "CREATE INDEX items_expiry ON items (ns, expires_at) WHERE expires_at IS NOT NULL",
+    _LISTING_INDEX,
     """CREATE TRIGGER items_counted AFTER INSERT ON items BEGIN
         INSERT INTO group_usage (ns, grp, items, bytes) VALUES (new.ns, new.grp, 1, new.size)
             ON CONFLICT (ns, grp) DO UPDATE SET items = items + 1, bytes = bytes + excluded.bytes;
@@ -161,13 +174,15 @@ _SCHEMA = (
 _TABLES = ("items", "bodies", "group_usage", "ns_usage")
 """Every table of the schema; dropping them drops their indexes and triggers too."""
 
+_ROW = "i.id, i.grp, i.meta, i.created_at, i.expires_at, i.tag, i.stamp, i.checksum, i.server, i.tool"
+"""The item row's columns every read selects, in `_decode_row`'s order (the body, or what stands for it, last)."""
+
 _SELECT_ITEM = (
-    "SELECT i.id, i.grp, i.meta, i.created_at, i.expires_at, i.tag, i.stamp, i.checksum, b.body"
-    " FROM items AS i LEFT JOIN bodies AS b ON b.item_id = i.id WHERE i.ns = ? AND i.key = ?"
+    f"SELECT {_ROW}, b.body FROM items AS i LEFT JOIN bodies AS b ON b.item_id = i.id WHERE i.ns = ? AND i.key = ?"
 )
 
 _HEAD_ITEM = (
-    "SELECT i.id, i.grp, i.meta, i.created_at, i.expires_at, i.tag, i.stamp, i.checksum, typeof(b.body)"
+    f"SELECT {_ROW}, typeof(b.body)"
     " FROM items AS i LEFT JOIN bodies AS b ON b.item_id = i.id WHERE i.ns = ? AND i.key = ?"
 )
 """The item row and the type of its body, which SQLite answers without reading the body's pages; the body
@@ -175,10 +190,7 @@ itself is then read with incremental blob I/O straight into one bytes object. Se
 20 MB body was copied twice (into a buffer of SQLite's, then into the bytes), each copy into newly
 mapped memory, and took 10-20x longer than a 10 MB one."""
 
-_PEEK_ITEM = (
-    "SELECT i.id, i.grp, i.meta, i.created_at, i.expires_at, i.tag, i.stamp, i.checksum, X''"
-    " FROM items AS i WHERE i.ns = ? AND i.key = ?"
-)
+_PEEK_ITEM = f"SELECT {_ROW}, X'' FROM items AS i WHERE i.ns = ? AND i.key = ?"
 """`_SELECT_ITEM` without the body (an empty blob in its place): the bodies table is never read."""
 
 MMAP_SIZE = 256 * MiB
@@ -319,6 +331,23 @@ class SQLiteStore(Store):
 
     async def remove_all(self) -> None:
         await self._run(self._write_op, 0, self._remove_all)
+
+    async def list_page(self, match: Match, cursor: str | None = None, limit: int = DEFAULT_PAGE_SIZE) -> Page:
+        # One indexed range per page (`_LISTING_INDEX`), on a read connection: never a body, never a use.
+        after = cursor_position(cursor)
+        return await self._run(self._read, self._list_page, match, after, limit)
+
+    async def count(self, match: Match) -> Usage:
+        return await self._run(self._read, self._count, match)
+
+    async def remove_matching(self, match: Match) -> int:
+        # In batches, each its own write transaction: a large removal never holds the write lock for long.
+        removed = 0
+        while True:
+            batch: int = await self._run(self._write_op, 0, self._remove_matching, match, _REMOVAL_BATCH)
+            removed += batch
+            if batch < _REMOVAL_BATCH:
+                return removed
 
     async def close(self) -> None:
         await anyio.to_thread.run_sync(self._close, abandon_on_cancel=True)
@@ -546,6 +575,8 @@ class SQLiteStore(Store):
             if version == 0:
                 for statement in _SCHEMA:
                     conn.execute(statement)
+            elif version == 2:
+                _migrate_2_to_3(conn)
             # Future schema changes migrate from `version` here, in this same transaction.
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
@@ -663,7 +694,7 @@ class SQLiteStore(Store):
             return None
         row = rows[0]
         if with_body:
-            row = (*row[:8], self._read_body(conn, row[0], row[8]))
+            row = (*row[:-1], self._read_body(conn, row[0], row[-1]))
         item, fault = _decode_row(row, verify=with_body)
         if item is None:
             logger.warning("%s: dropping a corrupt record under key %r: %s", self.active_path, key, fault)
@@ -708,9 +739,9 @@ class SQLiteStore(Store):
             return False
         self._make_room(conn, incoming_bytes=size, incoming_items=1)
         cursor = conn.execute(
-            "INSERT INTO items (ns, key, grp, size, created_at, expires_at, accessed, meta, tag, stamp, checksum)"
-            f" VALUES (:ns, :key, :grp, :size, :created_at, :expires_at, {_NEXT_TICK}, :meta, :tag, :stamp,"
-            " :checksum)",
+            "INSERT INTO items (ns, key, grp, size, created_at, expires_at, accessed, meta, tag, stamp, checksum,"
+            f" server, tool) VALUES (:ns, :key, :grp, :size, :created_at, :expires_at, {_NEXT_TICK}, :meta, :tag,"
+            " :stamp, :checksum, :server, :tool)",
             {
                 "ns": self.namespace,
                 "key": key,
@@ -722,6 +753,8 @@ class SQLiteStore(Store):
                 "tag": item.tag,
                 "stamp": stamp,
                 "checksum": checksum,
+                "server": item.server,
+                "tool": item.tool,
             },
         )
         conn.execute("INSERT INTO bodies (item_id, body) VALUES (?, ?)", (cursor.lastrowid, item.body))
@@ -853,6 +886,61 @@ class SQLiteStore(Store):
         items, held = (0, 0) if not total else (int(total[0][0]), int(total[0][1]))
         return Usage(items=items - int(expired[0]), bytes=held - int(expired[1]))
 
+    def _matching(self, match: Match) -> tuple[str, list[object]]:
+        """The WHERE clause (over `items AS i`) of the live items `match` covers, and its parameters."""
+        where = "i.ns = ? AND i.grp = ? AND (i.expires_at IS NULL OR i.expires_at > ?)"
+        params: list[object] = [self.namespace, match.group, self._clock()]
+        if match.server is not None:
+            where += " AND i.server = ?"
+            params.append(match.server)
+        if match.tool is not None:
+            where += " AND i.tool = ?"
+            params.append(match.tool)
+        return where, params
+
+    def _list_page(
+        self, conn: sqlite3.Connection, match: Match, after: tuple[str, str, str] | None, limit: int
+    ) -> Page:
+        where, params = self._matching(match)
+        if after is not None:
+            # Compared on the columns the match leaves open, so that the index seeks to the position.
+            columns, values = ["i.server", "i.tool", "i.key"], list(after)
+            if match.server is not None:
+                del columns[0], values[0]
+                if match.tool is not None:
+                    del columns[0], values[0]
+            elif match.tool is not None:
+                del columns[1], values[1]
+            where += f" AND ({', '.join(columns)}) > ({', '.join('?' * len(columns))})"
+            params.extend(values)
+        # One more row than asked for says whether another page follows. fetchall: a statement left open
+        # keeps its read transaction, which pins the log.
+        rows = conn.execute(
+            f"SELECT {_ROW}, X'', i.key, i.size FROM items AS i WHERE {where} ORDER BY i.server, i.tool, i.key LIMIT ?",
+            (*params, limit + 1),
+        ).fetchall()
+        entries: list[Listed] = []
+        for row in rows[:limit]:
+            item, _ = _decode_row(row[:-2], verify=False)
+            if item is not None:  # a corrupt record is skipped; the next load deletes it
+                entries.append(Listed(str(row[-2]), item, int(row[-1])))
+        if len(rows) <= limit:
+            return Page(tuple(entries), None)
+        last = rows[limit - 1]
+        return Page(tuple(entries), position_cursor(str(last[8]), str(last[9]), str(last[-2])))
+
+    def _count(self, conn: sqlite3.Connection, match: Match) -> Usage:
+        where, params = self._matching(match)
+        rows = conn.execute(f"SELECT count(*), COALESCE(SUM(i.size), 0) FROM items AS i WHERE {where}", params)
+        items, held = rows.fetchall()[0]
+        return Usage(items=int(items), bytes=int(held))
+
+    def _remove_matching(self, conn: sqlite3.Connection, match: Match, batch: int) -> int:
+        # Inside `_write`'s transaction, after expired rows were deleted.
+        where, params = self._matching(match)
+        sql = f"DELETE FROM items WHERE id IN (SELECT i.id FROM items AS i WHERE {where} LIMIT ?)"
+        return conn.execute(sql, (*params, batch)).rowcount
+
     def _remove_all(self, conn: sqlite3.Connection) -> None:
         conn.execute("DELETE FROM items WHERE ns = ?", (self.namespace,))
         with self._touch_lock:
@@ -935,6 +1023,24 @@ def _is_not_a_store(exc: BaseException) -> bool:
     return message.startswith(("no such table", "no such column", "file is not a database")) or ("malformed" in message)
 
 
+def _migrate_2_to_3(conn: sqlite3.Connection) -> None:
+    """Add the labels and the listing index, keeping every entry (inside the caller's transaction).
+
+    Adding a column with a constant default rewrites no row. Entries the tool cache wrote at version 2 name
+    their tool in their metadata, so that label is filled from it (a row update: bodies live in their own
+    table and are not touched); their server was never recorded and stays "" (listed as unknown). A version-2
+    process still running on the file keeps working: it names its columns, and its new rows get "" labels.
+    """
+    conn.execute("ALTER TABLE items ADD COLUMN server TEXT NOT NULL DEFAULT ''")
+    conn.execute("ALTER TABLE items ADD COLUMN tool TEXT NOT NULL DEFAULT ''")
+    conn.execute(
+        "UPDATE items SET tool = json_extract(CAST(meta AS TEXT), '$.tool')"
+        " WHERE grp = 'tools' AND json_valid(CAST(meta AS TEXT))"
+        " AND json_type(CAST(meta AS TEXT), '$.tool') = 'text'"
+    )
+    conn.execute(_LISTING_INDEX)
+
+
 def _check_tables(conn: sqlite3.Connection, version: int) -> None:
     """Raise `_NotAStore` unless the file's tables are what `version` of our schema has (0: none at all)."""
     names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
@@ -990,9 +1096,11 @@ def _is_later(held: object, stamp: float) -> bool:
 def _decode_row(row: tuple[object, ...], *, verify: bool = True) -> tuple[Item | None, str]:
     """The item a `_SELECT_ITEM` row holds, or None and what is wrong with it: a column of the wrong type,
     metadata that is not a JSON object, or a body that does not match its checksum."""
-    _, group, raw_meta, created_at, expires_at, tag, stamp, checksum, body = row
+    _, group, raw_meta, created_at, expires_at, tag, stamp, checksum, server, tool, body = row
     if not isinstance(group, str) or not isinstance(raw_meta, bytes | str) or not isinstance(checksum, str):
         return None, "a column has the wrong type"
+    if not isinstance(server, str) or not isinstance(tool, str):
+        return None, "a label is not text"
     if not isinstance(body, bytes):
         return None, "the body is missing or not a blob"
     if tag is not None and not isinstance(tag, str):
@@ -1007,7 +1115,7 @@ def _decode_row(row: tuple[object, ...], *, verify: bool = True) -> tuple[Item |
     if verify and body_checksum(body) != checksum:
         return None, "the body does not match its checksum"
     expiry = None if expires_at is None else float(expires_at)
-    return Item(meta, body, group, float(created_at), expiry, tag, float(stamp), checksum), ""
+    return Item(meta, body, group, float(created_at), expiry, tag, float(stamp), checksum, server, tool), ""
 
 
 def _prefix_upper_bound(prefix: str) -> str | None:

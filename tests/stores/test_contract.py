@@ -6,6 +6,7 @@ backends: a behaviour that differs between stores is a bug in one of them, not a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -29,8 +30,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from mcp.client import CacheEntry, CacheKey
 
-from mcpcache.stores import Item, Store, StoreLimits, Usage
-from mcpcache.stores.base import SDK_GROUP, body_checksum, sdk_store_key
+from mcpcache.stores import Item, RedisStore, Store, StoreLimits, Usage
+from mcpcache.stores.base import SDK_GROUP, Listed, Match, body_checksum, sdk_store_key
 
 from .backends import BYTE_FLIP, Backend, memory_backend, redis_backend, sqlite_backend
 
@@ -642,6 +643,172 @@ class TestChecksums:
             assert await store.load("k") is None
 
 
+def labelled(key: str, server: str, tool: str, *, group: str = "tools", body: bytes = b"body") -> Item:
+    return Item({"k": key}, body, group, created_at=1.0, tag=f"t-{key}", stamp=2.0, server=server, tool=tool)
+
+
+REDIS_SMALL_HASH = 128
+"""Redis answers one scan step of a hash this small (its hash-max-listpack-entries) with the whole hash."""
+
+
+async def walk(store: Store, match: Match, page_size: int) -> list[Listed]:
+    """Every entry of a walk, page by page, checking each page's bound on the way."""
+    listed: list[Listed] = []
+    cursor: str | None = None
+    bound = max(page_size, REDIS_SMALL_HASH) if isinstance(store, RedisStore) else page_size
+    while True:
+        page = await store.list_page(match, cursor, page_size)
+        assert len(page.entries) <= bound
+        listed.extend(page.entries)
+        if page.cursor is None:
+            return listed
+        cursor = page.cursor
+
+
+# Nine items over two servers and three tools, and one of another group with the same labels.
+_LABELLED = [(f"k{n}", f"server-{n % 2}", ("read", "list", "naïve ☕")[n % 3]) for n in range(9)]
+
+
+class TestListing:
+    """Labels, and the listing, counting and removal by group, server and tool that `mcpcache cache` uses."""
+
+    async def test_labels_come_back_from_every_read_and_survive_a_metadata_update(self, backend: Backend) -> None:
+        async with backend.open() as store:
+            saved = labelled("k", "https://example.test/mcp", "read_notebook")
+            await store.save("k", saved)
+            assert await store.load("k") == saved
+            peeked = (await store.peek_many(["k"]))[0]
+            assert peeked is not None
+            assert (peeked.server, peeked.tool) == (saved.server, saved.tool)
+            assert await store.update_meta("k", {"k": "updated"}, None, if_tag="t-k", stamp=3.0)
+            updated = await store.load("k")
+            assert updated is not None
+            assert (updated.server, updated.tool, updated.meta) == (saved.server, saved.tool, {"k": "updated"})
+            await store.save("k", Item({}, b"plain", "tools", stamp=4.0))  # a save replaces the labels too
+            replaced = await store.load("k")
+            assert replaced is not None
+            assert (replaced.server, replaced.tool) == ("", "")
+
+    @pytest.mark.parametrize("page_size", [1, 4, 200])
+    async def test_a_walk_lists_each_matching_item_once_without_its_body(
+        self, backend: Backend, page_size: int
+    ) -> None:
+        async with backend.open() as store:
+            for key, server, tool in _LABELLED:
+                await store.save(key, labelled(key, server, tool, body=key.encode() * 10))
+            await store.save("other", labelled("other", "server-0", "read", group="refs"))
+            listed = await walk(store, Match("tools"), page_size)
+            assert sorted(entry.key for entry in listed) == sorted(key for key, _, _ in _LABELLED)
+            for entry in listed:
+                full = await store.load(entry.key)
+                assert full is not None
+                assert entry.item == dataclasses.replace(full, body=b"")
+                assert entry.item.checksum == full.checksum
+                assert entry.size == full.size
+            for server in ("server-0", "server-1", "nobody"):
+                for tool in (None, "read", "naïve ☕"):
+                    match = Match("tools", server=server, tool=tool)
+                    expected = sorted(k for k, s, t in _LABELLED if s == server and (tool is None or t == tool))
+                    assert sorted(entry.key for entry in await walk(store, match, page_size)) == expected, match
+            by_tool = await walk(store, Match("tools", tool="list"), page_size)
+            assert sorted(entry.key for entry in by_tool) == sorted(k for k, _, t in _LABELLED if t == "list")
+            assert await walk(store, Match("no such group"), page_size) == []
+
+    async def test_listing_is_not_a_use(self, backend: Backend) -> None:
+        async with backend.open(StoreLimits(max_items=2)) as store:
+            await store.save("old", labelled("old", "s", "t"))
+            await store.save("new", labelled("new", "s", "t"))
+            await store.load("new")
+            assert len(await walk(store, Match("tools"), 1)) == 2
+            await store.save("third", labelled("third", "s", "t"))  # evicts the least recently used: "old"
+            assert [i is not None for i in await store.load_many(["old", "new", "third"])] == [False, True, True]
+
+    async def test_expired_items_are_not_listed_counted_or_removed(self, backend: Backend) -> None:
+        async with backend.open() as store:
+            expires_at = backend.now() + short_ttl(backend)
+            await store.save("brief", Item({}, b"brief", "tools", expires_at=expires_at, server="s", tool="t"))
+            await store.save("kept", labelled("kept", "s", "t"))
+            assert len(await walk(store, Match("tools"), 10)) == 2
+
+            async def listed_once() -> bool:
+                return len(await walk(store, Match("tools"), 10)) == 1
+
+            await let_expire(backend, expires_at, listed_once)
+            assert [entry.key for entry in await walk(store, Match("tools"), 10)] == ["kept"]
+            assert await store.count(Match("tools")) == Usage(1, labelled("kept", "s", "t").size)
+            assert await store.remove_matching(Match("tools", server="s")) == 1
+
+    async def test_count_is_what_a_walk_sums(self, backend: Backend) -> None:
+        async with backend.open() as store:
+            for key, server, tool in _LABELLED:
+                await store.save(key, labelled(key, server, tool, body=b"x" * len(key) * 7))
+            await store.save("other", labelled("other", "server-0", "read", group="refs"))
+            for match in (Match("tools"), Match("tools", server="server-1"), Match("tools", tool="read"), Match("x")):
+                listed = await walk(store, match, 3)
+                assert await store.count(match) == Usage(len(listed), sum(e.size for e in listed)), match
+            assert await store.count(Match("tools")) == await store.usage("tools")
+
+    async def test_remove_matching_removes_exactly_what_a_walk_lists(self, backend: Backend) -> None:
+        async with backend.open() as store:
+            for key, server, tool in _LABELLED:
+                await store.save(key, labelled(key, server, tool))
+            await store.save("other", labelled("other", "server-0", "read", group="refs"))
+            doomed = {k for k, s, t in _LABELLED if s == "server-0" and t == "read"}
+            assert await store.remove_matching(Match("tools", server="server-0", tool="read")) == len(doomed)
+            for key, _, _ in _LABELLED:
+                assert (await store.load(key) is None) == (key in doomed), key
+            assert await store.remove_matching(Match("tools", tool="list")) == sum(
+                1 for k, _, t in _LABELLED if t == "list" and k not in doomed
+            )
+            left = len(_LABELLED) - len(doomed) - sum(1 for k, _, t in _LABELLED if t == "list" and k not in doomed)
+            assert await store.usage("tools") == Usage(left, labelled("k1", "s", "t").size * left)
+            assert await store.remove_matching(Match("tools")) == left
+            assert await store.usage() == Usage(1, labelled("other", "server-0", "read").size)
+            assert await store.load("other") is not None
+
+    async def test_a_walk_survives_removals_between_pages(self, backend: Backend) -> None:
+        async with backend.open() as store:
+            for key, server, tool in _LABELLED:
+                await store.save(key, labelled(key, server, tool))
+            first = await store.list_page(Match("tools"), None, 3)
+            seen = [entry.key for entry in first.entries]
+            for key in seen:
+                await store.remove(key)
+            cursor = first.cursor
+            while cursor is not None:
+                page = await store.list_page(Match("tools"), cursor, 3)
+                seen.extend(entry.key for entry in page.entries)
+                cursor = page.cursor
+            assert set(seen) == {key for key, _, _ in _LABELLED}
+
+    async def test_a_cursor_from_elsewhere_is_refused(self, backend: Backend) -> None:
+        async with backend.open() as store:
+            with pytest.raises(ValueError, match="cursor"):
+                await store.list_page(Match("tools"), "not a cursor")
+
+    async def test_listing_reads_no_body(self, backend: Backend) -> None:
+        # A body flipped underneath the store is found by the next load; a listing does not read it.
+        async with backend.open() as store:
+            await store.save("k", labelled("k", "s", "t"))
+            await backend.corruptions[BYTE_FLIP](store, "k")
+            assert [entry.key for entry in await walk(store, Match("tools"), 10)] == ["k"]
+            assert await store.load("k") is None
+            assert await walk(store, Match("tools"), 10) == []
+
+    async def test_a_corrupt_record_never_breaks_a_walk(self, persistent_backend: Backend) -> None:
+        # Listed or skipped, depending on what is corrupt (a listing does not read the body); gone once loaded.
+        backend = persistent_backend
+        async with backend.open() as store:
+            await store.save("healthy", labelled("healthy", "s", "t"))
+            for name, corrupt in backend.corruptions.items():
+                await store.save("victim", labelled("victim", "s", "t"))
+                await corrupt(store, "victim")
+                assert "healthy" in [entry.key for entry in await walk(store, Match("tools"), 10)], name
+                assert (await store.count(Match("tools"))).items >= 1, name
+                assert await store.load("victim") is None, name
+                assert [entry.key for entry in await walk(store, Match("tools"), 10)] == ["healthy"], name
+
+
 def _stamped(stamp: float) -> Item:
     """The item an answer to a request sent at `stamp` would be: its stamp is written into all its parts."""
     return Item({"stamp": stamp}, repr(stamp).encode() * 8, "race", 0.0, None, repr(stamp), stamp)
@@ -1007,7 +1174,8 @@ class ModelStore:
             return False
         del self.items[key]
         new_stamp = old.stamp if stamp is None else stamp
-        self._insert(key, Item(meta, old.body, old.group, old.created_at, expires_at, old.tag, new_stamp))
+        kept = Item(meta, old.body, old.group, old.created_at, expires_at, old.tag, new_stamp)
+        self._insert(key, dataclasses.replace(kept, server=old.server, tool=old.tool))
         return True
 
     def remove(self, key: str) -> None:
@@ -1023,6 +1191,15 @@ class ModelStore:
 
     def remove_group(self, group: str) -> int:
         return self._remove_where(lambda value: value.group == group)
+
+    def remove_matching(self, match: Match) -> int:
+        return self._remove_where(lambda value: match.matches(value.group, value.server, value.tool))
+
+    def listing(self, match: Match) -> list[tuple[str, Item, int]]:
+        """(key, item without its body, size) of every live item `match` covers, by key."""
+        self._purge()
+        chosen = [(k, v) for k, v in self.items.items() if match.matches(v.group, v.server, v.tool)]
+        return sorted((k, dataclasses.replace(v, body=b""), v.size) for k, v in chosen)
 
     def remove_created_before(self, prefix: str, before: float) -> int:
         return self._remove_where(lambda value: value.group.startswith(prefix) and value.created_at < before)
@@ -1048,6 +1225,8 @@ _KEYS = st.sampled_from(["a", "b", "c", "d", "e", "f"])
 _GROUPS = ["", "conv:1", "conv:2"]
 _BODY_SIZES = st.sampled_from([0, 10, 20, 30])  # items of 7, 17, 27 and 37 bytes with {"v":N}
 _TAGS = st.sampled_from([None, "t1", "t2"])
+_SERVERS = st.sampled_from(["", "s1", "s2"])
+_TOOLS = st.sampled_from(["", "read", "write"])
 _STAMPS = st.integers(0, 3).map(float)  # few values: equal, earlier and later stamps all come up
 _CAPS = st.sampled_from([0, 7, 16, 17, 33, 34, 35, 53, 54, 55, 100])
 _BOUNDS = st.sampled_from([17, 27, 37, 44, 53, 54, 55, 64, 81, 100, 150])
@@ -1057,7 +1236,16 @@ def _operations() -> st.SearchStrategy[list[tuple[Any, ...]]]:
     ttl = st.one_of(st.none(), st.integers(1, 3)).map(lambda value: value if value != 3 else None)
     by_kind: dict[str, st.SearchStrategy[tuple[Any, ...]]] = {
         "save": st.tuples(
-            st.just("save"), _KEYS, st.sampled_from(_GROUPS), _BODY_SIZES, st.integers(0, 3), _TAGS, _STAMPS, ttl
+            st.just("save"),
+            _KEYS,
+            st.sampled_from(_GROUPS),
+            _BODY_SIZES,
+            st.integers(0, 3),
+            _TAGS,
+            _STAMPS,
+            _SERVERS,
+            _TOOLS,
+            ttl,
         ),
         "load": st.tuples(st.just("load"), _KEYS),
         "trim_group": st.tuples(st.just("trim_group"), st.sampled_from(_GROUPS), _CAPS),
@@ -1066,6 +1254,9 @@ def _operations() -> st.SearchStrategy[list[tuple[Any, ...]]]:
         ),
         "remove": st.tuples(st.just("remove"), _KEYS),
         "remove_group": st.tuples(st.just("remove_group"), st.sampled_from(_GROUPS)),
+        "remove_matching": st.tuples(
+            st.just("remove_matching"), st.sampled_from(_GROUPS), st.none() | _SERVERS, st.none() | _TOOLS
+        ),
         "remove_created_before": st.tuples(
             st.just("remove_created_before"), st.sampled_from(["", "conv:", "conv:1", "t"]), st.integers(0, 1)
         ),
@@ -1119,6 +1310,11 @@ async def _agrees_with_the_model(backend: Backend, operations: list[tuple[Any, .
             await _apply(store, model, backend, operation, step)
             for group in [None, *_GROUPS]:
                 assert await store.usage(group) == model.usage(group), (operation, group)
+        listings = [Match(group) for group in _GROUPS] + [Match("", "s1"), Match("conv:1", tool="read")]
+        for match in listings:
+            listed = sorted([(e.key, e.item, e.size) async for e in store.entries(match, page_size=4)])
+            assert listed == model.listing(match), match
+            assert await store.count(match) == Usage(len(listed), sum(size for _, _, size in listed)), match
         for key in ["a", "b", "c", "d", "e", "f"]:
             loaded = await store.load(key)
             assert loaded == model.load(key), key
@@ -1129,9 +1325,11 @@ async def _agrees_with_the_model(backend: Backend, operations: list[tuple[Any, .
 async def _apply(store: Store, model: ModelStore, backend: Backend, operation: tuple[Any, ...], step: int) -> None:
     now = backend.now() if backend.clock is not None else 0.0
     match operation:
-        case ("save", key, group, body_size, created, tag, stamp, ttl):
+        case ("save", key, group, body_size, created, tag, stamp, server, tool, ttl):
             expires_at = None if ttl is None else now + ttl
-            value = Item({"v": step % 10}, b"b" * body_size, group, float(created), expires_at, tag, stamp)
+            value = Item(
+                {"v": step % 10}, b"b" * body_size, group, float(created), expires_at, tag, stamp, "", server, tool
+            )
             assert await store.save(key, value) == model.save(key, value), operation
         case ("load", key):
             assert await store.load(key) == model.load(key), operation
@@ -1145,6 +1343,9 @@ async def _apply(store: Store, model: ModelStore, backend: Backend, operation: t
             model.remove(key)
         case ("remove_group", group):
             assert await store.remove_group(group) == model.remove_group(group), operation
+        case ("remove_matching", group, server, tool):
+            match = Match(group, server, tool)
+            assert await store.remove_matching(match) == model.remove_matching(match), operation
         case ("trim_group", group, max_bytes):
             assert await store.trim_group(group, max_bytes) == model.trim_group(group, max_bytes), operation
         case ("remove_created_before", prefix, before):

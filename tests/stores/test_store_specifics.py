@@ -13,57 +13,19 @@ import uuid
 from pathlib import Path
 
 import anyio
+import orjson
 import pytest
 import redis.asyncio
 
 from mcpcache.stores import Item, MemoryStore, RedisStore, SQLiteStore, StoreLimits, Usage
+from mcpcache.stores.base import Match, body_checksum
+from mcpcache.stores.sqlite import SCHEMA_VERSION
+
+from .legacy import V2_INSERT, V2_ITEMS, write_v1_file, write_v2_file
 
 pytestmark = pytest.mark.anyio
 
 MiB = 1024 * 1024
-
-SCHEMA_V1 = """
-CREATE TABLE items (
-    id INTEGER PRIMARY KEY, ns TEXT NOT NULL, key TEXT NOT NULL, grp TEXT NOT NULL, size INTEGER NOT NULL,
-    created_at REAL NOT NULL, expires_at REAL, accessed INTEGER NOT NULL, meta BLOB NOT NULL, UNIQUE (ns, key)
-);
-CREATE TABLE bodies (item_id INTEGER PRIMARY KEY, body BLOB NOT NULL);
-CREATE TABLE group_usage (ns TEXT NOT NULL, grp TEXT NOT NULL, items INTEGER NOT NULL, bytes INTEGER NOT NULL,
-    PRIMARY KEY (ns, grp));
-CREATE TABLE ns_usage (ns TEXT PRIMARY KEY, items INTEGER NOT NULL, bytes INTEGER NOT NULL);
-CREATE INDEX items_lru ON items (ns, accessed);
-CREATE INDEX items_group_lru ON items (ns, grp, accessed);
-CREATE INDEX items_expiry ON items (ns, expires_at) WHERE expires_at IS NOT NULL;
-CREATE TRIGGER items_counted AFTER INSERT ON items BEGIN
-    INSERT INTO group_usage (ns, grp, items, bytes) VALUES (new.ns, new.grp, 1, new.size)
-        ON CONFLICT (ns, grp) DO UPDATE SET items = items + 1, bytes = bytes + excluded.bytes;
-    INSERT INTO ns_usage (ns, items, bytes) VALUES (new.ns, 1, new.size)
-        ON CONFLICT (ns) DO UPDATE SET items = items + 1, bytes = bytes + excluded.bytes;
-END;
-CREATE TRIGGER items_uncounted AFTER DELETE ON items BEGIN
-    DELETE FROM bodies WHERE item_id = old.id;
-    UPDATE group_usage SET items = items - 1, bytes = bytes - old.size WHERE ns = old.ns AND grp = old.grp;
-    DELETE FROM group_usage WHERE ns = old.ns AND grp = old.grp AND items <= 0;
-    UPDATE ns_usage SET items = items - 1, bytes = bytes - old.size WHERE ns = old.ns;
-END;
-"""
-"""The tables of a version-1 cache file, as the previous release created them."""
-
-
-def write_v1_file(path: Path) -> None:
-    """A version-1 cache file in WAL mode holding one item, as the previous release would leave it."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    try:
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.executescript(SCHEMA_V1)
-        conn.execute(
-            "INSERT INTO items (ns, key, grp, size, created_at, expires_at, accessed, meta)"
-            " VALUES ('mcpcache', 'old', 'g', 10, 1.0, NULL, 1, CAST('{}' AS BLOB))"
-        )
-        conn.execute("INSERT INTO bodies (item_id, body) VALUES (last_insert_rowid(), x'0102030405060708')")
-        conn.execute("PRAGMA user_version = 1")
-    finally:
-        conn.close()
 
 
 class TestMemoryStore:
@@ -101,10 +63,10 @@ class TestSQLiteStore:
         async with SQLiteStore(tmp_path / "c.db") as store:
             await store.usage()
         with sqlite3.connect(tmp_path / "c.db") as conn:
-            assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+            assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
             assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
-    async def test_a_version_1_file_opens_empty_at_version_2(self, tmp_path: Path) -> None:
+    async def test_a_version_1_file_opens_empty_at_the_current_version(self, tmp_path: Path) -> None:
         path = tmp_path / "v1.db"
         write_v1_file(path)
         async with SQLiteStore(path) as store:
@@ -116,13 +78,57 @@ class TestSQLiteStore:
             assert await store.load("new") == saved
             assert await store.usage("g") == Usage(1, saved.size)
         with sqlite3.connect(path) as conn:
-            assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+            assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
             assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
             columns = {row[1] for row in conn.execute("PRAGMA table_info(items)")}
-            assert {"tag", "stamp", "checksum"} <= columns
+            assert {"tag", "stamp", "checksum", "server", "tool"} <= columns
             assert conn.execute("SELECT count(*) FROM items").fetchone()[0] == 1
-        async with SQLiteStore(path) as reopened:  # already at version 2: nothing is dropped again
+        async with SQLiteStore(path) as reopened:  # already at the current version: nothing is dropped again
             assert await reopened.load("new") == saved
+
+    async def test_a_version_2_file_keeps_every_entry_and_gains_labels(self, tmp_path: Path) -> None:
+        path = tmp_path / "v2.db"
+        write_v2_file(path)
+        async with SQLiteStore(path) as store:
+            loaded = await store.load_many([key for key, *_ in V2_ITEMS])
+            for (key, group, meta, body, tag), item in zip(V2_ITEMS, loaded, strict=True):
+                assert item is not None, key
+                assert (item.group, item.body, item.tag, item.stamp, item.meta) == (
+                    group,
+                    body,
+                    tag,
+                    2.0,
+                    orjson.loads(meta),
+                ), key
+                # The tool cache's answers name their tool in their metadata: that label is filled in. Their
+                # server was never recorded.
+                assert (item.server, item.tool) == ("", "read_notebook" if group == "tools" else ""), key
+            assert await store.usage() == Usage(3, sum(len(m) + len(b) for _, _, m, b, _ in V2_ITEMS))
+            listed = [entry.key async for entry in store.entries(Match("tools", tool="read_notebook"))]
+            assert listed == ["t:answer"]
+            saved = Item({"v": 3}, b"new", "tools", server="https://example.test/mcp", tool="read")
+            assert await store.save("new", saved)
+            assert await store.load("new") == saved
+        with sqlite3.connect(path) as conn:
+            assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+            assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+            assert conn.execute("SELECT count(*) FROM bodies").fetchone()[0] == 4
+            indexes = {row[1] for row in conn.execute("PRAGMA index_list(items)")}
+            assert "items_listing" in indexes
+
+    async def test_a_version_2_writer_still_running_on_a_migrated_file_keeps_working(self, tmp_path: Path) -> None:
+        # A process of the previous release that opened the file before the migration names its columns, so
+        # its saves keep working; they carry no labels.
+        path = tmp_path / "v2.db"
+        write_v2_file(path)
+        async with SQLiteStore(path) as store:
+            await store.usage()
+            with sqlite3.connect(path, isolation_level=None) as old:
+                body = b"saved by the previous release"
+                old.execute(V2_INSERT, ("late", "tools", 2 + len(body), 99, b"{}", None, body_checksum(body)))
+                old.execute("INSERT INTO bodies (item_id, body) VALUES (last_insert_rowid(), ?)", (body,))
+            assert await store.load("late") == Item({}, body, "tools", 1.0, None, None, 2.0)
+            assert [entry.key async for entry in store.entries(Match("tools", server=""))] == ["late", "t:answer"]
 
     async def test_two_processes_opening_a_version_1_file_together_migrate_it_once(self, tmp_path: Path) -> None:
         path = tmp_path / "v1.db"
@@ -159,7 +165,7 @@ class TestSQLiteStore:
         async with SQLiteStore(tmp_path / "new.db") as store:
             assert await store.load("k") is None
             assert await store.save("k", Item({}, b"body"))
-            assert store.active_path == tmp_path / "new.v2.db"
+            assert store.active_path == tmp_path / f"new.v{SCHEMA_VERSION}.db"
         with sqlite3.connect(tmp_path / "new.db") as conn:
             assert conn.execute("PRAGMA user_version").fetchone()[0] == 99
 

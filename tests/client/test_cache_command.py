@@ -1,0 +1,227 @@
+"""`mcpcache cache ls | stats | clear`: what a newcomer sees of their cache, on real SQLite files and a real
+redis-server, filled by a real `ToolCache` talking to a FastMCP server.
+
+Most runs go through typer's CliRunner (the command in this process); one runs `python -m mcpcache` as a
+user would, to see the command as it is installed.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from fastmcp import Client, FastMCP
+from stores.legacy import write_v2_file
+from typer.testing import CliRunner
+
+from mcpcache.cli import app
+from mcpcache.client import ToolCache
+from mcpcache.server.fastmcp import install
+from mcpcache.server.policies import CachePolicy, ToolPolicies
+from mcpcache.stores import RedisStore, SQLiteStore, Store
+
+SERVER = "http://127.0.0.1:8765/mcp"
+CALLS = [
+    ("read_notebook", {"path": "big.ipynb"}),
+    ("read_notebook", {"path": "notes/" + "deep/" * 40 + "long.ipynb"}),
+    ("list_files", {}),
+]
+
+
+def notebook_server() -> FastMCP:
+    server = FastMCP("notebooks")
+
+    @server.tool
+    def read_notebook(path: str) -> str:
+        return f"# {path}\n" + "print('hello')\n" * 500
+
+    @server.tool
+    def list_files() -> list[str]:
+        return ["big.ipynb", "notes/long.ipynb"]
+
+    @server.tool
+    def run_cell(path: str) -> str:  # no cache block: never stored
+        return "ran"
+
+    install(
+        server, ToolPolicies({"read_notebook": CachePolicy(ttl_ms=60_000), "list_files": CachePolicy(ttl_ms=5_000)})
+    )
+    return server
+
+
+def fill(store: Store | None = None) -> None:
+    """What a quickstart would leave behind: three answers kept (and one call that is not)."""
+
+    async def main() -> None:
+        async with ToolCache(store) as cache, Client(notebook_server()) as client:
+            view = cache.wrap(client, server_id=SERVER)
+            # First: a call without a cache block ends the freshness of what the server's answers before it.
+            await view.call_tool("run_cell", {"path": "big.ipynb"})
+            for tool, arguments in CALLS:
+                await view.call_tool(tool, arguments)
+
+    anyio.run(main)
+
+
+def cache_command(*args: str, input: str | None = None) -> tuple[int, str]:
+    result = CliRunner().invoke(app, ["cache", *args], input=input)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result.exit_code, result.output
+
+
+@pytest.fixture
+def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The folder `ToolCache()` keeps its default file in, for this test only."""
+    monkeypatch.setenv("MCPCACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_ls_shows_a_newcomer_what_was_cached(cache_dir: Path) -> None:
+    fill()
+    code, out = cache_command("ls")
+    assert code == 0, out
+    assert "3 cached answers" in out
+    assert str(cache_dir / "tools.db") in out
+    for heading in ("Server", "Tool", "Arguments", "Size", "Age", "Freshness", "Tag"):
+        assert heading in out
+    assert SERVER in out
+    assert out.count("read_notebook") == 2
+    assert '{"path":"big.ipynb"}' in out
+    assert "…" in out  # the long arguments are cut short
+    assert "fresh, " in out
+    assert 'W/"' in out
+    assert "run_cell" not in out
+    assert "served again without asking the server" in out  # the legend: readable without the docs
+
+
+def test_ls_filters_and_limits(cache_dir: Path) -> None:
+    fill()
+    code, out = cache_command("ls", "--tool", "list_files")
+    rows = [line for line in out.splitlines() if line.startswith(SERVER)]
+    assert (code, len(rows), "read_notebook" in out) == (0, 1, False)
+    assert "list_files" in rows[0]
+    code, out = cache_command("ls", "--server", "http://elsewhere/mcp")
+    assert code == 0
+    assert "No cached answers (server http://elsewhere/mcp)" in out
+    code, out = cache_command("ls", "--limit", "1")
+    assert code == 0
+    assert "the first 1 are shown" in out
+
+
+def test_stats_totals_by_tool(cache_dir: Path) -> None:
+    fill()
+    code, out = cache_command("stats")
+    assert code == 0, out
+    assert "3 cached answers: 3 fresh, 0 stale" in out
+    rows = [line.split() for line in out.splitlines() if SERVER in line]
+    assert sorted((row[1], row[2]) for row in rows) == [("list_files", "1"), ("read_notebook", "2")]
+
+
+def test_clear_asks_first_and_removes_what_was_chosen(cache_dir: Path) -> None:
+    fill()
+    code, out = cache_command("clear", "--tool", "read_notebook", input="n\n")
+    assert code == 0
+    assert "This removes 2 cached answers" in out
+    assert "Nothing removed." in out
+    code, out = cache_command("clear", "--tool", "read_notebook", input="y\n")
+    assert (code, "Removed 2 cached answers." in out) == (0, True)
+    code, out = cache_command("ls")
+    assert "1 cached answer " in out
+    assert "list_files" in out
+    code, out = cache_command("clear", input="")
+    assert code == 1
+    assert "nothing removed" in out
+    code, out = cache_command("clear", "--yes")
+    assert (code, "Removed 1 cached answer." in out) == (0, True)
+    code, out = cache_command("stats")
+    assert "No cached answers." in out
+
+
+def test_a_cache_in_redis(redis_url: str) -> None:
+    namespace = f"cli-{uuid.uuid4().hex[:8]}"
+    fill(RedisStore(redis_url, namespace=namespace))
+    where = ["--redis", redis_url, "--namespace", namespace]
+    code, out = cache_command("ls", *where)
+    assert code == 0, out
+    assert "3 cached answers" in out
+    assert out.count("read_notebook") == 2
+    code, out = cache_command("stats", *where, "--tool", "read_notebook")
+    assert "2 cached answers: 2 fresh, 0 stale" in out
+    code, out = cache_command("clear", *where, "--yes")
+    assert (code, "Removed 3 cached answers." in out) == (0, True)
+    code, out = cache_command("ls", "--redis", redis_url, "--namespace", "someone-else")
+    assert "No cached answers" in out
+
+
+def test_a_file_from_the_previous_release_is_listed_after_its_migration(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    write_v2_file(path)
+    code, out = cache_command("ls", "--store", str(path))
+    assert code == 0, out
+    assert "1 cached answer " in out
+    assert "read_notebook" in out
+    assert "(not recorded)" in out  # the previous release kept neither the server nor the arguments
+
+
+def test_nothing_cached_yet(cache_dir: Path) -> None:
+    code, out = cache_command("ls")
+    assert code == 0
+    assert "Nothing cached yet" in out
+    assert not (cache_dir / "tools.db").exists(), "looking creates nothing"
+
+
+def test_mistakes_are_one_line_and_change_nothing(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a cache\n")
+    closed_port = "redis://127.0.0.1:1/0"
+    for args, code in [
+        (["ls", "--store", str(tmp_path / "missing.db")], 2),
+        (["ls", "--store", str(notes)], 2),
+        (["clear", "--yes", "--store", str(tmp_path)], 2),
+        (["ls", "--store", str(notes), "--redis", closed_port], 2),
+        (["stats", "--redis", closed_port], 1),
+    ]:
+        result = CliRunner().invoke(app, ["cache", *args])
+        assert result.exit_code == code, (args, result.output)
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1, (args, result.output)
+        assert lines[0].startswith("mcpcache cache: "), (args, result.output)
+    assert notes.read_text() == "not a cache\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"], "no file was moved aside or created"
+
+
+@pytest.fixture
+def filled_file(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "tools.db"
+    fill(SQLiteStore(path))
+    yield path
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_the_installed_command(filled_file: Path) -> None:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH")])),
+    }
+    run = subprocess.run(
+        [sys.executable, "-m", "mcpcache", "cache", "ls", "--store", str(filled_file)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "3 cached answers" in run.stdout
+    table = [line for line in run.stdout.splitlines() if "read_notebook" in line]
+    assert len(table) == 2
+    assert all(len(line) <= 140 for line in run.stdout.splitlines())
+    assert all("fresh, " in line and 'W/"' in line for line in table), table  # nothing squeezed off the edge

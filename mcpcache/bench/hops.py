@@ -97,11 +97,15 @@ def demo_servers(folder: Path, servers: Mapping[str, Sequence[str]]) -> Iterator
             stop_process(process)
 
 
+TAGS_ONLY = ("--tool", "read_notebook=0")
+"""The gateway stamps tags on `read_notebook` with ttl 0: every call reaches upstream, a match is not-modified."""
+
+
 @contextlib.asynccontextmanager
-async def gateway(upstream_url: str, tool: str = "read_notebook=0") -> AsyncIterator[int]:
-    """`mcpcache gateway --upstream URL --tool SPEC` on a free port; yields the port, stopped by PID."""
+async def gateway(upstream_url: str, *options: str) -> AsyncIterator[int]:
+    """`mcpcache gateway --upstream URL OPTIONS` (default TAGS_ONLY) on a free port; yields the port, stopped by PID."""
     port = free_port()
-    command = [sys.executable, "-m", "mcpcache", "gateway", "--upstream", upstream_url, "--tool", tool]
+    command = [sys.executable, "-m", "mcpcache", "gateway", "--upstream", upstream_url, *(options or TAGS_ONLY)]
     process = _quiet([*command, "--port", str(port)])
     try:
         # In a thread: the upstream may be a relay served by this very event loop.

@@ -1,0 +1,150 @@
+"""A TCP relay on 127.0.0.1 that counts the bytes passing each way between an HTTP client and server.
+
+`mcpcache.bench.wire` counts messages at a client's transport, inside the process; a process that cannot
+be instrumented (`mcpcache proxy` talking to its upstream) is measured here instead, on the wire: point
+its `--url` at the relay and read the relay's `Traffic` before and after a call. Nothing is changed.
+Two counts are kept per direction:
+- `sent` / `received`: every byte on the TCP connections, HTTP headers and framing included;
+- `sent_messages` / `received_messages`: the bytes of the JSON-RPC messages inside (request bodies, and
+  response bodies or the `data:` lines of an event stream), parsed from the same bytes with h11: the
+  count `mcpcache.bench.wire` makes, less its one newline per message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Literal
+
+import anyio
+import h11
+from anyio.abc import ByteReceiveStream, ByteSendStream, SocketAttribute, SocketStream
+
+Direction = Literal["sent", "received"]
+
+
+@dataclass
+class Traffic:
+    sent: int = 0
+    """TCP bytes from the proxy to the upstream."""
+    received: int = 0
+    """TCP bytes from the upstream to the proxy."""
+    sent_messages: int = 0
+    received_messages: int = 0
+    connections: int = 0
+
+    def total(self) -> int:
+        return self.sent + self.received
+
+    def messages(self) -> int:
+        return self.sent_messages + self.received_messages
+
+    def snapshot(self) -> Traffic:
+        return Traffic(self.sent, self.received, self.sent_messages, self.received_messages, self.connections)
+
+    def since(self, earlier: Traffic) -> Traffic:
+        return Traffic(
+            self.sent - earlier.sent,
+            self.received - earlier.received,
+            self.sent_messages - earlier.sent_messages,
+            self.received_messages - earlier.received_messages,
+            self.connections - earlier.connections,
+        )
+
+
+class _Bodies:
+    """The message bytes in one direction of one HTTP/1.1 connection, parsed as they arrive.
+
+    A fresh h11 connection parses each message (fed what the last one left over), so requests and
+    responses are parsed independently, without pairing them. A response body that is an event stream
+    counts the payload of its `data:` lines; any other body counts whole.
+    """
+
+    def __init__(self, direction: Direction) -> None:
+        self._direction = direction
+        self._pending = b""
+        self._parser = self._fresh()
+        self._stream = False
+        self._lines = b""
+
+    def _fresh(self) -> h11.Connection:
+        if self._direction == "sent":
+            return h11.Connection(h11.SERVER)
+        parser = h11.Connection(h11.CLIENT)
+        # A client-side parser reads a response only after a request; the method only decides framing.
+        parser.send(h11.Request(method="POST", target="/", headers=[("Host", "upstream")]))
+        parser.send(h11.EndOfMessage())
+        return parser
+
+    def feed(self, data: bytes) -> int:
+        counted = 0
+        self._parser.receive_data(data)
+        while True:
+            event = self._parser.next_event()
+            if event is h11.NEED_DATA or event is h11.PAUSED:
+                return counted
+            if isinstance(event, h11.Response | h11.Request):
+                kind = dict(event.headers).get(b"content-type", b"")
+                self._stream = kind.startswith(b"text/event-stream")
+            elif isinstance(event, h11.Data):
+                counted += self._body(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                leftover, _ = self._parser.trailing_data
+                self._parser = self._fresh()
+                self._stream, self._lines = False, b""
+                if leftover:  # h11 reads empty data as the peer closing
+                    self._parser.receive_data(leftover)
+            elif isinstance(event, h11.ConnectionClosed):
+                return counted
+
+    def _body(self, chunk: bytes) -> int:
+        if not self._stream:
+            return len(chunk)
+        self._lines += chunk
+        *complete, self._lines = self._lines.split(b"\n")
+        return sum(len(line[5:].strip()) for line in complete if line.startswith(b"data:"))
+
+
+async def _pump(source: ByteReceiveStream, sink: ByteSendStream, traffic: Traffic, direction: Direction) -> None:
+    bodies = _Bodies(direction)
+    with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+        while True:
+            chunk = await source.receive(65536)
+            messages = bodies.feed(chunk)
+            if direction == "sent":
+                traffic.sent += len(chunk)
+                traffic.sent_messages += messages
+            else:
+                traffic.received += len(chunk)
+                traffic.received_messages += messages
+            await sink.send(chunk)
+
+
+@contextlib.asynccontextmanager
+async def counting_relay(target_port: int) -> AsyncIterator[tuple[int, Traffic]]:
+    """Yields (the relay's port, its running counts); stops relaying on exit."""
+    traffic = Traffic()
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
+
+    async def handle(client: SocketStream) -> None:
+        traffic.connections += 1
+        async with (
+            client,
+            await anyio.connect_tcp("127.0.0.1", target_port) as upstream,
+            anyio.create_task_group() as pumps,
+        ):
+
+            async def both(source: SocketStream, sink: SocketStream, direction: Direction) -> None:
+                await _pump(source, sink, traffic, direction)
+                pumps.cancel_scope.cancel()  # one side closed: the connection is over
+
+            pumps.start_soon(both, client, upstream, "sent")
+            pumps.start_soon(both, upstream, client, "received")
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(listener.serve, handle)
+        try:
+            yield listener.extra(SocketAttribute.local_port), traffic
+        finally:
+            group.cancel_scope.cancel()

@@ -1,0 +1,113 @@
+"""`mcpcache proxy`: a stdio MCP server that is one upstream server, seen through the tool cache.
+
+The proxy is FastMCP's (`FastMCPProxy`): tools, resources, resource templates, prompts, their change
+notifications, logging, progress, cancellation, and the upstream's sampling, elicitation and roots
+requests to the host pass through it. `CachingMiddleware` takes `tools/call` (and, with references,
+`tools/list`) on the way through. The host sees the upstream's name, version and instructions.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import sys
+from typing import Any
+
+from fastmcp.server.providers.proxy import FastMCPProxy
+
+from mcpcache.client.cache import ToolCache
+from mcpcache.paths import default_store
+from mcpcache.proxy.calls import CachingMiddleware
+from mcpcache.proxy.link import UpstreamLink
+from mcpcache.proxy.settings import HttpUpstream, ProxySettings, StoreChoice
+from mcpcache.refs import References
+from mcpcache.stores.base import Store
+
+logger = logging.getLogger("mcpcache.proxy")
+
+
+class UpstreamUnavailable(RuntimeError):
+    """The upstream server could not be started or reached; the message is one line for the user."""
+
+
+def open_store(choice: StoreChoice) -> Store:
+    if choice.redis_url is not None:
+        from mcpcache.stores.redis import RedisStore
+
+        return RedisStore(choice.redis_url)
+    if choice.sqlite_path is not None:
+        from mcpcache.stores.sqlite import SQLiteStore
+
+        return SQLiteStore(choice.sqlite_path)
+    return default_store("tools.db")
+
+
+def references_for(settings: ProxySettings, store: Store) -> References | None:
+    if settings.refs is None:
+        return None
+    return References(
+        store,
+        conversation_id=settings.refs.conversation_id,
+        threshold_bytes=settings.refs.threshold_bytes,
+        max_view_bytes=settings.refs.max_view_bytes,
+    )
+
+
+def build_proxy(link: UpstreamLink, references: References | None) -> FastMCPProxy:
+    """The FastMCP server the host talks to, over a connected `link`."""
+    info = link.server_info
+    server = FastMCPProxy(
+        client_factory=lambda: link.client,
+        identity="upstream",
+        # The host sees the upstream's identity, as it would without the proxy (on protocol 2026-07-28 the
+        # name and version are stamped on every result).
+        name=info.name if info is not None else "mcpcache-proxy",
+        version=info.version if info is not None else None,
+        instructions=link.instructions,
+        # Tool schemas are relayed as the upstream wrote them, `$ref`s included.
+        dereference_schemas=False,
+    )
+    server.add_middleware(CachingMiddleware(link, references))
+    return server
+
+
+def _describe(settings: ProxySettings) -> str:
+    upstream = settings.upstream
+    if isinstance(upstream, HttpUpstream):
+        return upstream.url
+    return shlex.join([upstream.command, *upstream.args])
+
+
+async def serve(settings: ProxySettings) -> None:
+    """Connect the upstream, then serve the host on stdio until it closes the connection."""
+    store = open_store(settings.store)
+    cache = ToolCache(store, partition=settings.partition, trusted=settings.trusted)
+    link = UpstreamLink(settings, cache)
+    try:
+        await link.open()
+    except Exception as exc:
+        await store.close()
+        raise UpstreamUnavailable(f"could not connect to the upstream server ({_describe(settings)}): {exc}") from exc
+    try:
+        references = references_for(settings, store)
+        server = build_proxy(link, references)
+        refs_note = f", references on (conversation {settings.refs.conversation_id!r})" if settings.refs else ""
+        logger.info("serving %s through the tool cache%s", _describe(settings), refs_note)
+        await server.run_async(transport="stdio", show_banner=False)
+    finally:
+        try:
+            await link.aclose()
+        finally:
+            stats: dict[str, Any] = cache.stats.as_dict()
+            logger.info("closing; cache totals: %s", ", ".join(f"{k} {v:,}" for k, v in stats.items() if v))
+            await store.close()
+
+
+def configure_logging(verbose: bool) -> None:
+    """One line per tool call on stderr (the host's log of this server), unless asked to be quiet."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("mcpcache proxy: %(message)s"))
+    proxy_logger = logging.getLogger("mcpcache.proxy")
+    proxy_logger.addHandler(handler)
+    proxy_logger.setLevel(logging.INFO if verbose else logging.WARNING)
+    proxy_logger.propagate = False

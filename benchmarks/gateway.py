@@ -10,6 +10,9 @@ by the same client wrapped in mcpcache's `ToolCache` (a MemoryStore):
 - gateway+redis: `--tool read_notebook=60000:public --redis URL` (answers within the ttl come from the
   shared store without calling upstream; the mcpcache client keeps its own copy fresh for the ttl too).
 
+`mcpcache bench --full` runs the proxy-and-gateway scenario (mcpcache.bench.hops, whose helpers this script
+uses); this script adds the stock client through the gateway and the shared Redis store.
+
 Every configuration keeps one connected client; each round reads once in every configuration, in a
 shuffled order, after one warm-up read each. Bytes are counted at the client's transport
 (mcpcache.bench.wire: JSON-RPC message bytes, HTTP framing not counted); time is the client's wall time
@@ -28,8 +31,6 @@ import json
 import random
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -42,7 +43,8 @@ import anyio
 import fastmcp
 from fastmcp.client.transports import StreamableHttpTransport
 
-from mcpcache.bench.common import RedisServer, free_port, machine, percentile, stop_process, wait_until_listening
+from mcpcache.bench.common import RedisServer, machine, percentile
+from mcpcache.bench.hops import TAGS_ONLY, demo_servers, gateway, spread
 from mcpcache.bench.runner import parse_size
 from mcpcache.bench.wire import CountingFastMCPTransport, WireLog
 from mcpcache.client import ToolCache
@@ -89,63 +91,46 @@ async def connected(config: Config) -> AsyncIterator[None]:
         yield
 
 
-def start(command: list[str], port: int, log: Any) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen([*command, str(port)], stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-    return process
-
-
 def summary(values: list[float]) -> str:
-    return f"{statistics.median(values):.3g} [{percentile(values, 0.25):.3g}-{percentile(values, 0.75):.3g}]"
+    middle = spread(values)
+    return f"{middle['median']:.3g} [{middle['p25']:.3g}-{middle['p75']:.3g}]"
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     folder = Path(tempfile.mkdtemp(prefix="mcpcache-gateway-bench-"))
-    size = parse_size(args.size)
-    generate_notebook_of_size(folder / NOTEBOOK, size, seed=3)
+    generate_notebook_of_size(folder / NOTEBOOK, parse_size(args.size), seed=3)
     redis_binary = shutil.which("redis-server") or "/usr/bin/redis-server"
-    python = sys.executable
-    ports = {name: free_port() for name in ("upstream", "gateway", "gateway+redis")}
-    started: list[subprocess.Popen[bytes]] = []
-    with RedisServer(redis_binary) as redis, (folder / "servers.log").open("wb") as log:
+    with RedisServer(redis_binary) as redis, demo_servers(folder, {"upstream": ("--no-revalidation",)}) as ports:
         upstream = f"http://127.0.0.1:{ports['upstream']}/mcp"
-        commands = {
-            "upstream": [python, "-m", "mcpcache", "demo-server", "--dir", str(folder), "--no-revalidation", "--http"],
-            "gateway": [python, "-m", "mcpcache", "gateway", "--upstream", upstream, "--tool", "read_notebook=0"],
-            "gateway+redis": [
-                *(python, "-m", "mcpcache", "gateway", "--upstream", upstream),
-                *("--tool", "read_notebook=60000:public", "--redis", redis.url),
-            ],
+        gateways = {
+            "gateway": TAGS_ONLY,
+            "gateway+redis": ("--tool", "read_notebook=60000:public", "--redis", redis.url),
         }
-        try:
-            for name, command in commands.items():
-                started.append(start([*command, *([] if name == "upstream" else ["--port"])], ports[name], log))
-            for process, name in zip(started, commands, strict=True):
-                wait_until_listening(process, ports[name], 120.0, name)
-            urls = {name: f"http://127.0.0.1:{port}/mcp" for name, port in ports.items()}
+        async with AsyncExitStack() as stack:
+            urls = {"direct": upstream}
+            for name, options in gateways.items():
+                port = await stack.enter_async_context(gateway(upstream, *options))
+                urls[name] = f"http://127.0.0.1:{port}/mcp"
             configs = [
-                Config(f"{client} -> {way}", urls["upstream" if way == "direct" else way], client == "mcpcache")
+                Config(f"{client} -> {way}", urls[way], client == "mcpcache")
                 for client in ("stock", "mcpcache")
                 for way in ("direct", "gateway", "gateway+redis")
             ]
-            async with AsyncExitStack() as stack:
-                for config in configs:
-                    await stack.enter_async_context(connected(config))
+            for config in configs:
+                await stack.enter_async_context(connected(config))
+                assert config.read is not None
+                await config.read()  # warm-up: connections, tool lists, caches filled
+            for _ in range(args.rounds):
+                order = configs[:]
+                random.shuffle(order)
+                for config in order:
                     assert config.read is not None
-                    await config.read()  # warm-up: connections, tool lists, caches filled
-                for _ in range(args.rounds):
-                    order = configs[:]
-                    random.shuffle(order)
-                    for config in order:
-                        assert config.read is not None
-                        mark = config.log.mark()
-                        began = time.perf_counter()
-                        status = await config.read()
-                        config.seconds.append(time.perf_counter() - began)
-                        config.nbytes.append(config.log.total(since=mark))
-                        config.statuses.append(status)
-        finally:
-            for process in started:
-                stop_process(process)
+                    mark = config.log.mark()
+                    began = time.perf_counter()
+                    status = await config.read()
+                    config.seconds.append(time.perf_counter() - began)
+                    config.nbytes.append(config.log.total(since=mark))
+                    config.statuses.append(status)
     shutil.rmtree(folder, ignore_errors=True)
     base = configs[0]
     rows = []

@@ -34,7 +34,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,17 +46,15 @@ import anyio
 import mcp
 from mcp import StdioServerParameters
 from mcp.client.stdio import stdio_client
-from mcp.client.streamable_http import streamable_http_client
 
-from mcpcache.bench.common import free_port, percentile, stop_process, wait_until_listening
+from mcpcache.bench.common import percentile
+from mcpcache.bench.hops import demo_servers, host
 from mcpcache.bench.relay import Traffic, counting_relay
 from mcpcache.bench.wire import CountingTransport, WireLog
 from mcpcache.demo.notebooks import generate_notebook_of_size
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOK = "big.ipynb"
-MAX_EVENT_BYTES = 1024 * 1024 * 1024
-"""The SDK's HTTP client refuses SSE events over 1 MiB by default; a 5 MB notebook's answer is ten times that."""
 
 SERVERS = {
     "revalidating": ["--ttl-ms", "0"],
@@ -82,28 +79,6 @@ class Samples:
     host_messages: list[int] = field(default_factory=list)
 
 
-@contextlib.contextmanager
-def demo_servers(folder: Path) -> Any:
-    started: dict[str, tuple[subprocess.Popen[bytes], int]] = {}
-    try:
-        for name, options in SERVERS.items():
-            port = free_port()
-            command = [sys.executable, "-m", "mcpcache", "demo-server", "--dir", str(folder), *options]
-            process = subprocess.Popen(
-                [*command, "--http", str(port)],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            started[name] = (process, port)
-        for name, (process, port) in started.items():
-            wait_until_listening(process, port, 120, f"demo server ({name})")
-        yield {name: port for name, (_, port) in started.items()}
-    finally:
-        for process, _ in started.values():
-            stop_process(process)
-
-
 @contextlib.asynccontextmanager
 async def client_for(
     config: str, relay_port: int, store: Path, log: WireLog, folder: Path
@@ -116,16 +91,8 @@ async def client_for(
         with open(os.devnull, "w") as quiet:  # noqa: ASYNC230 - opening /dev/null does not block
             async with mcp.Client(CountingTransport(stdio_client(params, quiet), log), mode="legacy") as client:
                 yield client
-    elif through_proxy:
-        args = ["-m", "mcpcache", "proxy", "--quiet", "--store", str(store), "--url", url]
-        params = StdioServerParameters(command=sys.executable, args=args, env=dict(os.environ), cwd=str(REPO))
-        # The proxy's log goes nowhere (it is --quiet); the SDK wants a file for the child's stderr.
-        with open(os.devnull, "w") as quiet:  # noqa: ASYNC230 - opening /dev/null does not block
-            async with mcp.Client(CountingTransport(stdio_client(params, quiet), log), mode="legacy") as client:
-                yield client
     else:
-        transport = streamable_http_client(url, max_sse_event_size=MAX_EVENT_BYTES)
-        async with mcp.Client(CountingTransport(transport, log), mode="legacy") as client:
+        async with host(url, log, through_proxy=through_proxy, store=store) as client:
             yield client
 
 
@@ -136,7 +103,7 @@ async def run(size: int, rounds: int, seed: int) -> dict[str, Any]:
         folder.mkdir()
         generate_notebook_of_size(folder / NOTEBOOK, size, seed=seed)
         notebook_bytes = (folder / NOTEBOOK).stat().st_size
-        with demo_servers(folder) as ports:
+        with demo_servers(folder, SERVERS) as ports:
             async with contextlib.AsyncExitStack() as stack:
                 relays: dict[str, Traffic] = {}
                 clients: dict[str, tuple[mcp.Client, WireLog, Traffic]] = {}

@@ -166,3 +166,25 @@ def test_an_old_bench_json_is_still_read_and_anything_else_refused(bench_out: Pa
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1
     assert "not a bench.json" in done.stderr
+
+
+def test_the_proxy_and_gateway_scenario_counts_each_link() -> None:
+    """`--full`'s proxy-and-gateway scenario on a tiny notebook, one round, on the route with every hop (a
+    stock host, the proxy, the gateway, a server without mcpcache): what each link carries."""
+    import anyio
+
+    from mcpcache.bench.hops import ROUTES, run
+
+    routes = [route for route in ROUTES if route.name in ("direct", "proxy+gateway")]
+    document = anyio.run(run, 20_000, 1, 7, routes)
+    rows = {row["config"]: row for row in document["rows"]}
+    assert list(rows) == ["direct", "proxy+gateway"]
+    full = rows["direct"]["bytes_by_link"]["client"]
+    assert full > document["notebook_bytes"]
+    both = rows["proxy+gateway"]
+    assert both["network_link"] == "gateway"
+    # Neither end changed: the host gets the whole answer, the plain server sends it, the link between
+    # the proxy and the gateway carries a revalidation.
+    assert both["bytes_by_link"]["gateway"] < 1000 < full <= both["bytes_by_link"]["client"]
+    assert full <= both["bytes_by_link"]["server"]
+    assert all(len(row["seconds"]) == 1 for row in rows.values())

@@ -321,6 +321,37 @@ def render_extras(document: dict[str, Any], console: Console) -> None:
             f"{human_bytes(resolve['payload_bytes'])} reference from SQLite takes {resolve['median_ms']:.1f} ms "
             f"(median; p95 {resolve['p95_ms']:.1f} ms)"
         )
+    render_hops(document, console)
+
+
+def render_hops(document: dict[str, Any], console: Console) -> None:
+    """The proxy-and-gateway scenario (`--full` only): per route, time and the bytes on each counted link."""
+    hops = document.get("proxy_and_gateway")
+    if not hops:
+        return
+    table = Table(
+        title=f"Direct, through mcpcache proxy, through mcpcache gateway: a {human_bytes(hops['notebook_bytes'])} "
+        f"notebook, {hops['rounds']} rounds",
+        box=box.SIMPLE_HEAD,
+    )
+    for column in ("route", "median", "time vs direct (p25-p75)", "client link", "into the server", "across a network"):
+        table.add_column(column, justify="left" if column == "route" else "right")
+    for row in hops["rows"]:
+        ratio = row["time_vs_direct"]
+        links = row["bytes_by_link"]
+        table.add_row(
+            row["config"],
+            f"{row['median_ms']:,.0f} ms",
+            f"{factor(ratio['median'])} ({ratio['p25']:.2f}-{ratio['p75']:.2f})",
+            human_bytes(links["client"]),
+            human_bytes(links["server"]),
+            f"{human_bytes(row['network_bytes'])} ({row['network_link']})",
+        )
+    console.print(table)
+    console.print(
+        "bytes are JSON-RPC message bytes per read (median); 'across a network' is the link that would be long: "
+        "the proxy sits by the host, the gateway by the server"
+    )
 
 
 def plot_all(document: dict[str, Any], json_path: Path) -> list[Path]:

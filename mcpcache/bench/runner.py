@@ -41,6 +41,7 @@ SIZES: dict[str, int] = {"100KB": 100_000, "1MB": 1_000_000, "5MB": 5_000_000, "
 ALL_SIZES = ("100KB", "1MB", "5MB", "20MB")
 ALL_TRANSPORTS = ("http", "stdio")
 SEED = 42
+HOPS_SIZE = SIZES["5MB"]
 
 
 @dataclass(frozen=True)
@@ -54,12 +55,14 @@ class Mode:
     edit_every: int
     byref_runs: int
     byref_bytes: int
+    hops_rounds: int = 0
+    """Rounds of the proxy-and-gateway scenario on the 5 MB notebook (mcpcache.bench.hops); 0: not run."""
 
 
 MODES: dict[str, Mode] = {
     # The headline: the 5 MB notebook over streamable HTTP, where bandwidth matters (about 2 minutes).
     "default": Mode("default", ("5MB",), ("http",), 40, 4, 15, 10_000_000),
-    "full": Mode("full", ALL_SIZES, ALL_TRANSPORTS, 12, 4, 15, 10_000_000),
+    "full": Mode("full", ALL_SIZES, ALL_TRANSPORTS, 12, 4, 15, 10_000_000, hops_rounds=12),
     # A smoke run: it shows everything works, its figures are not for quoting.
     "quick": Mode("quick", ("100KB",), ("http",), 6, 3, 3, 1_000_000),
 }
@@ -311,6 +314,12 @@ def run_bench(args: BenchArgs, console: Console) -> dict[str, Any]:
         byref = anyio.run(_byref, mode.byref_runs, mode.byref_bytes) if args.extras else None
         answers = _answer_costs(notebooks, args.sizes) if args.extras else []
         phases["extras_s"] = time.monotonic() - extras_started
+        hops = None
+        if args.extras and mode.hops_rounds:
+            progress.update(task, description="direct, through the proxy, through the gateway")
+            hops_started = time.monotonic()
+            hops = anyio.run(_hops, HOPS_SIZE, mode.hops_rounds, args.seed)
+            phases["proxy_and_gateway_s"] = time.monotonic() - hops_started
     document: dict[str, Any] = {
         "format": report.FORMAT,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -323,6 +332,7 @@ def run_bench(args: BenchArgs, console: Console) -> dict[str, Any]:
         "phases": phases,
         "answers": answers,
         "by_reference": byref,
+        "proxy_and_gateway": hops,
         "raw": raw,
     }
     document = report.resummarize(document)
@@ -336,6 +346,12 @@ async def _byref(runs: int, resolve_bytes: int) -> dict[str, Any]:
     from mcpcache.bench.byref import run
 
     return await run(runs=runs, resolve_bytes=resolve_bytes)
+
+
+async def _hops(size: int, rounds: int, seed: int) -> dict[str, Any]:
+    from mcpcache.bench.hops import run
+
+    return await run(size, rounds, seed)
 
 
 def _answer_costs(notebooks: dict[str, Path], sizes: tuple[str, ...]) -> list[dict[str, Any]]:

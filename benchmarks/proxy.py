@@ -8,8 +8,7 @@ and the TCP bytes with HTTP framing. The host is a stock `mcp.Client`; through t
 Configurations, each a client of its own kept connected for the whole run:
 - `direct`: the host talks to the demo server (with mcpcache) itself; every read is a full answer;
 - `direct-stdio`: the same, the host starting the demo server and talking to it over stdio (through the
-  proxy, the host reads every answer from a stdio pipe too; the SDK's stdio reader joins a line's chunks
-  one by one, which costs more the longer the line);
+  proxy, the host reads every answer from a stdio pipe too);
 - `direct-plain`: the same against the demo server without mcpcache (`--no-revalidation`);
 - `proxy-revalidate`: through the proxy, to the demo server announcing ttlMs 0: every read is a stale read
   of an unchanged notebook, so the proxy revalidates and the upstream answers not-modified;

@@ -8,7 +8,7 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from typer.core import TyperGroup, TyperOption
@@ -848,34 +848,38 @@ _FRESHNESS_HELP = (
 _ENTRY_HEADINGS = ("Server", "Tool", "Arguments", "Size", "Age", "Freshness", "Tag")
 
 
-def _entries_table(rows: list[tuple[str, ...]], fresh: list[bool], width: int) -> Any:
+def _entries_table(rows: list[tuple[str, ...]], fresh: list[bool], width: int, *, with_server: bool) -> Any:
     """The `ls` table: every column keeps its width but the server and the arguments, which share what is left
     (cut short with an ellipsis; rich would squeeze the freshness off the edge instead). A narrow terminal
     loses the tag column first."""
     from rich import box
     from rich.table import Table
 
-    headings = list(_ENTRY_HEADINGS)
-    widths = [max(len(heading), *(len(row[column]) for row in rows)) for column, heading in enumerate(headings)]
+    chosen = [column for column in range(len(_ENTRY_HEADINGS)) if with_server or column != 0]
+    widths = {column: max(len(_ENTRY_HEADINGS[column]), *(len(row[column]) for row in rows)) for column in chosen}
     widths[1] = min(widths[1], 24)
+    flexible = [column for column in (0, 2) if column in chosen]
 
     def left() -> int:  # each column but the first has a separator and two pads before it
-        return width - sum(widths[1:2] + widths[3:]) - 3 * (len(headings) - 1)
+        fixed = sum(w for column, w in widths.items() if column not in flexible)
+        return width - fixed - 3 * (len(chosen) - 1)
 
-    if left() < 40:
-        headings.pop()
-        widths.pop()
-    server_width = min(widths[0], max(left() * 2 // 5, 10))
-    widths[2] = min(widths[2], max(left() - server_width, 10))
-    widths[0] = server_width
+    if left() < 20 * len(flexible):
+        chosen.remove(6)
+        del widths[6]
+    share = left()
+    if 0 in chosen:
+        widths[0] = min(widths[0], max(share * 2 // 5, 10))
+        share -= widths[0]
+    widths[2] = min(widths[2], max(share, 10))
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    for column, heading in enumerate(headings):
-        right = heading in ("Size", "Age")
-        table.add_column(heading, justify="right" if right else "left", no_wrap=True, width=widths[column])
+    for column in chosen:
+        justify: Literal["left", "right"] = "right" if _ENTRY_HEADINGS[column] in ("Size", "Age") else "left"
+        table.add_column(_ENTRY_HEADINGS[column], justify=justify, no_wrap=True, width=widths[column])
     for row, is_fresh in zip(rows, fresh, strict=True):
-        cells = [_cut(cell, widths[column]) for column, cell in enumerate(row[: len(headings)])]
+        cells = {column: _cut(row[column], widths[column]) for column in chosen}
         cells[5] = f"[{'green' if is_fresh else 'yellow'}]{cells[5]}[/]"
-        table.add_row(*cells)
+        table.add_row(*(cells[column] for column in chosen))
     return table
 
 
@@ -916,9 +920,12 @@ def cache_ls(
             if len(rows) >= limit:
                 break
         if not rows:  # records of another shape: the cache drops them when it meets them
-            console.print("None of them is an answer this version of mcpcache can read.")
+            console.print("None of them is in a form this version of mcpcache reads.")
             return
-        console.print(_entries_table(rows, fresh, console.width))
+        servers = {row[0] for row in rows}
+        if len(servers) == 1:  # said once above the table, which leaves the room to the arguments
+            console.print(f"Server: {next(iter(servers))}")
+        console.print(_entries_table(rows, fresh, console.width, with_server=len(servers) > 1))
         console.print(_FRESHNESS_HELP, style="dim")
 
     _run_on_cache(store, redis, namespace, show)

@@ -1,6 +1,15 @@
 """The client half: a revalidating private cache for tool results, and caching views of the clients."""
 
 from mcpcache.client.cache import CacheStats, CallOutcome, ToolCache
+from mcpcache.client.inventory import CachedEntry
 from mcpcache.client.wrappers import CachedCall, CachedMCPClient, CachedSession
 
-__all__ = ["CacheStats", "CachedCall", "CachedMCPClient", "CachedSession", "CallOutcome", "ToolCache"]
+__all__ = [
+    "CacheStats",
+    "CachedCall",
+    "CachedEntry",
+    "CachedMCPClient",
+    "CachedSession",
+    "CallOutcome",
+    "ToolCache",
+]

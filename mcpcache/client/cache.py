@@ -247,7 +247,13 @@ class ToolCache:
                 raise TypeError("arguments name one call of a tool: pass the tool as well")
             await self.end_freshness(server_id)
             self._tier.discard_if(lambda held: held.server == server_id)
-            await self._store.remove_matching(Match(TOOLS_GROUP, server=readable_server(server_id)))
+            # Not under the fence's deadline: a large removal may take longer than one call's store operation
+            # should, and missing it would stop this process using the store for its cooldown. It is not what
+            # makes the invalidation hold (the mark is); a store that fails it is worth a warning only.
+            try:
+                await self.store.remove_matching(Match(TOOLS_GROUP, server=readable_server(server_id)))
+            except Exception:
+                logger.warning("could not remove the entries of %s from the store", server_id, exc_info=True)
             return
         identity = CallIdentity(server_id, self.partition, "", tool, dict(arguments or {}))
         try:

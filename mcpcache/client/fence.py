@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from mcpcache.stores.base import Item, Match, Store
+from mcpcache.stores.base import Item, Store
 
 logger = logging.getLogger("mcpcache.client")
 
@@ -147,14 +147,6 @@ class FencedStore:
             return bool(updated)
 
         return await self._run("update", action, False)
-
-    async def remove_matching(self, match: Match) -> int:
-        async def action() -> int:
-            removed = await self.store.remove_matching(match)
-            self._ok("remove")
-            return removed
-
-        return await self._run("remove", action, 0)
 
     async def remove(self, key: str) -> None:
         async def action() -> None:

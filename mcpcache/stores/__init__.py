@@ -2,14 +2,26 @@
 
 from typing import TYPE_CHECKING, Any
 
-from mcpcache.stores.base import Item, Store, StoreLimits, Usage
+from mcpcache.stores.base import Item, Listed, Match, Page, Store, StoreLimits, Usage
 from mcpcache.stores.memory import MemoryStore
 from mcpcache.stores.sqlite import SQLiteBusyError, SQLiteStore
 
 if TYPE_CHECKING:
     from mcpcache.stores.redis import RedisStore
 
-__all__ = ["Item", "MemoryStore", "RedisStore", "SQLiteBusyError", "SQLiteStore", "Store", "StoreLimits", "Usage"]
+__all__ = [
+    "Item",
+    "Listed",
+    "Match",
+    "MemoryStore",
+    "Page",
+    "RedisStore",
+    "SQLiteBusyError",
+    "SQLiteStore",
+    "Store",
+    "StoreLimits",
+    "Usage",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -38,15 +38,16 @@ CALLS = [
 def notebook_server() -> FastMCP:
     server = FastMCP("notebooks")
 
-    @server.tool
+    # No output schemas: the client then has nothing to check, and never compiles jsonschema's grammar (seconds).
+    @server.tool(output_schema=None)
     def read_notebook(path: str) -> str:
         return f"# {path}\n" + "print('hello')\n" * 500
 
-    @server.tool
+    @server.tool(output_schema=None)
     def list_files() -> list[str]:
         return ["big.ipynb", "notes/long.ipynb"]
 
-    @server.tool
+    @server.tool(output_schema=None)
     def run_cell(path: str) -> str:  # no cache block: never stored
         return "ran"
 
@@ -56,12 +57,12 @@ def notebook_server() -> FastMCP:
     return server
 
 
-def fill(store: Store | None = None) -> None:
+def fill(store: Store | None = None, server_id: str = SERVER) -> None:
     """What a quickstart would leave behind: three answers kept (and one call that is not)."""
 
     async def main() -> None:
         async with ToolCache(store) as cache, Client(notebook_server()) as client:
-            view = cache.wrap(client, server_id=SERVER)
+            view = cache.wrap(client, server_id=server_id)
             # First: a call without a cache block ends the freshness of what the server's answers before it.
             await view.call_tool("run_cell", {"path": "big.ipynb"})
             for tool, arguments in CALLS:
@@ -104,15 +105,21 @@ def test_ls_shows_a_newcomer_what_was_cached(cache_dir: Path) -> None:
 def test_ls_filters_and_limits(cache_dir: Path) -> None:
     fill()
     code, out = cache_command("ls", "--tool", "list_files")
-    rows = [line for line in out.splitlines() if line.startswith(SERVER)]
+    rows = [line for line in out.splitlines() if line.startswith("list_files")]
     assert (code, len(rows), "read_notebook" in out) == (0, 1, False)
-    assert "list_files" in rows[0]
+    assert f"Server: {SERVER}" in out  # one server: named once, above the table
     code, out = cache_command("ls", "--server", "http://elsewhere/mcp")
     assert code == 0
     assert "No cached answers (server http://elsewhere/mcp)" in out
     code, out = cache_command("ls", "--limit", "1")
     assert code == 0
     assert "the first 1 are shown" in out
+    fill(server_id="team-notebooks")  # a second server: the table names each row's
+    code, out = cache_command("ls", "--tool", "list_files")
+    rows = sorted(line.split()[0] for line in out.splitlines() if "list_files" in line and "(tool" not in line)
+    assert (code, rows) == (0, [SERVER, "team-notebooks"])
+    code, out = cache_command("ls", "--server", "team-notebooks")
+    assert "3 cached answers (" in out
 
 
 def test_stats_totals_by_tool(cache_dir: Path) -> None:

@@ -66,7 +66,7 @@ class _Bodies:
         self._pending = b""
         self._parser = self._fresh()
         self._stream = False
-        self._lines = b""
+        self._lines: list[bytes] = []
 
     def _fresh(self) -> h11.Connection:
         if self._direction == "sent":
@@ -92,7 +92,7 @@ class _Bodies:
             elif isinstance(event, h11.EndOfMessage):
                 leftover, _ = self._parser.trailing_data
                 self._parser = self._fresh()
-                self._stream, self._lines = False, b""
+                self._stream, self._lines = False, []
                 if leftover:  # h11 reads empty data as the peer closing
                     self._parser.receive_data(leftover)
             elif isinstance(event, h11.ConnectionClosed):
@@ -101,8 +101,14 @@ class _Bodies:
     def _body(self, chunk: bytes) -> int:
         if not self._stream:
             return len(chunk)
-        self._lines += chunk
-        *complete, self._lines = self._lines.split(b"\n")
+        # A 10 MB event arrives as one line in 64 KB chunks: its pieces are joined once, when the line
+        # ends, not re-joined and re-split with every chunk.
+        *complete, last = chunk.split(b"\n")
+        if not complete:
+            self._lines.append(last)
+            return 0
+        complete[0] = b"".join([*self._lines, complete[0]])
+        self._lines = [last]
         return sum(len(line[5:].strip()) for line in complete if line.startswith(b"data:"))
 
 

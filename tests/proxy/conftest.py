@@ -39,5 +39,6 @@ def upstreams(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstreams]:
     demo = [*DEMO, "--dir", str(folder), "--ttl-ms", "0", "--http"]
     tests = [PYTHON, str(SCRIPT), "http"]
     chart = [PYTHON, str(REFS_SERVERS), "chart", "http"]
-    with http_servers([demo, tests, chart]) as urls:
+    # Generous: with two test workers, each starts these servers, on two cores that may be busy.
+    with http_servers([demo, tests, chart], ready_within=180) as urls:
         yield Upstreams(folder, *urls)

@@ -431,7 +431,13 @@ class ToolCache:
         # With a decoded copy at hand, the store is asked for the metadata only (freshness, the tag and the
         # checksum of what it holds); the copy is used only if it is the decoding of that very version.
         peek = not bodies and any(self._tier.holds(key) for _, key in arms)
-        items = await (self._store.peek_many(keys) if peek else self._store.load_many(keys))
+        items = await self._store.look(keys, peek=peek)
+        if items is None:
+            # The store did not answer, so a freshness end another cache or process recorded there is
+            # unknown: it may have come at any moment up to now. Only a request sent from now on may be
+            # shared (see `decide_join`), and nothing stored is served.
+            now = self.clock()
+            return _Looked(None, now, decide_lookup(mode, None, now, now))
         found: Found | None = None
         for (arm, key), item in zip(arms, items, strict=False):
             if item is None:

@@ -82,29 +82,30 @@ class FencedStore:
     def _ok(self, op: str) -> None:
         self._warned.discard(op)
 
-    async def load_many(self, keys: Sequence[str]) -> list[Item | None]:
+    async def look(self, keys: Sequence[str], *, peek: bool = False) -> list[Item | None] | None:
+        """`Store.load_many` (or `peek_many`: without bodies), or None when the store did not answer (its
+        circuit open, a failure, the deadline): the caller then knows nothing the store holds, not even
+        that nothing is there."""
+
         async def action() -> list[Item | None]:
-            items = await self.store.load_many(keys)
+            items = await (self.store.peek_many(keys) if peek else self.store.load_many(keys))
             self._ok("load")
             return items
 
         items = await self._run("load", action, None)
         if not isinstance(items, list) or len(items) != len(keys):
-            return [None] * len(keys)
+            return None
         return [item if isinstance(item, Item) else None for item in items]
+
+    async def load_many(self, keys: Sequence[str]) -> list[Item | None]:
+        """`Store.load_many` (each of them answers None on any failure)."""
+        items = await self.look(keys)
+        return [None] * len(keys) if items is None else items
 
     async def peek_many(self, keys: Sequence[str]) -> list[Item | None]:
         """`Store.peek_many`: the items without their bodies (each of them answers None on any failure)."""
-
-        async def action() -> list[Item | None]:
-            items = await self.store.peek_many(keys)
-            self._ok("load")
-            return items
-
-        items = await self._run("load", action, None)
-        if not isinstance(items, list) or len(items) != len(keys):
-            return [None] * len(keys)
-        return [item if isinstance(item, Item) else None for item in items]
+        items = await self.look(keys, peek=True)
+        return [None] * len(keys) if items is None else items
 
     async def save(self, key: str, item: Item) -> bool:
         async def action() -> bool:

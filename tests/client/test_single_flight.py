@@ -161,3 +161,34 @@ async def test_when_the_leader_is_cancelled_a_follower_goes_on_its_own(clock: Fa
     assert len(results) == 3
     assert all(r.result.structured_content["text"] == "k: first edition" for r in results)
     assert sum(1 for r in results if not r.outcome.coalesced) == 1, "one follower took over, the others joined it"
+
+
+async def test_a_call_that_cannot_read_the_store_never_joins_an_older_flight(clock: FakeClock) -> None:
+    """Another cache on the same store ends freshness while a read is in flight; then the store stops
+    answering this cache. Its next identical read cannot see that end, so it must not take the answer of
+    the request sent before it: it sends its own (found by the concurrent model test under load)."""
+    from .test_faults import BrokenStore
+
+    store = BrokenStore(clock, set())
+    here, elsewhere = ToolCache(store, clock=clock), ToolCache(store, clock=clock)
+    lab = Lab()
+    async with connect("mcp", ServerTarget.memory(build_lab("sdk", lab)), MODERN, here, server_id="lab") as conn:
+        lab.gate = anyio.Event()
+        results: list[Any] = []
+        mark = conn.mark()
+        async with anyio.create_task_group() as group:
+            group.start_soon(lambda: _append(results, conn.call("gated", K)))
+            await anyio.wait_all_tasks_blocked()
+            clock.advance(1)
+            await elsewhere.end_freshness("lab")
+            store.failing.add("load")
+            clock.advance(1)
+            group.start_soon(lambda: _append(results, conn.call("gated", K)))
+            await anyio.wait_all_tasks_blocked()
+            lab.gate.set()
+        assert conn.tool_calls(mark) == 2, "the second read took the answer of a request sent before the end"
+    assert [r.outcome.coalesced for r in results] == [False, False]
+
+
+async def _append(results: list[Any], call: Any) -> None:
+    results.append(await call)

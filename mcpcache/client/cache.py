@@ -697,12 +697,12 @@ def _annotate_span(identity: CallIdentity, outcome: CallOutcome) -> None:
     if not span.is_recording():
         return
     attributes: dict[str, str | int | bool] = {
-        "mcpcache.outcome": outcome.status,
-        "mcpcache.coalesced": outcome.coalesced,
-        "mcpcache.stored": outcome.stored,
-        "mcpcache.bytes_saved": outcome.bytes_saved,
-        "mcpcache.tool": identity.tool,
-        "mcpcache.server": readable_server(identity.server),
+        "mcpcache.client.outcome": outcome.status,
+        "mcpcache.client.coalesced": outcome.coalesced,
+        "mcpcache.client.stored": outcome.stored,
+        "mcpcache.client.bytes_saved": outcome.bytes_saved,
+        "mcpcache.client.tool": identity.tool,
+        "mcpcache.client.server": readable_server(identity.server),
     }
     span.set_attributes(attributes)
-    span.add_event("mcpcache.tool_call", attributes)
+    span.add_event("mcpcache.client.tool_call", attributes)

@@ -302,13 +302,13 @@ async def test_span_attributes_and_log_lines_name_the_outcome_tool_and_server(
         await s.read("d1")  # no span: nothing to annotate, nothing fails
     spans = {span.name: span for span in exporter.get_finished_spans()}
     first, second = dict(spans["first"].attributes or {}), dict(spans["second"].attributes or {})
-    assert first["mcpcache.outcome"] == "miss"
-    assert first["mcpcache.stored"] is True
-    assert first["mcpcache.bytes_saved"] == 0
-    assert second["mcpcache.outcome"] == "fresh_hit"
-    assert second["mcpcache.bytes_saved"] > 0
+    assert first["mcpcache.client.outcome"] == "miss"
+    assert first["mcpcache.client.stored"] is True
+    assert first["mcpcache.client.bytes_saved"] == 0
+    assert second["mcpcache.client.outcome"] == "fresh_hit"
+    assert second["mcpcache.client.bytes_saved"] > 0
     for attributes in (first, second):
-        assert (attributes["mcpcache.tool"], attributes["mcpcache.server"]) == ("read", SERVER)
-    assert [event.name for event in spans["second"].events] == ["mcpcache.tool_call"]
+        assert (attributes["mcpcache.client.tool"], attributes["mcpcache.client.server"]) == ("read", SERVER)
+    assert [event.name for event in spans["second"].events] == ["mcpcache.client.tool_call"]
     lines = [r.getMessage() for r in caplog.records if r.name == "mcpcache.client" and "'read' on" in r.getMessage()]
     assert any(line.startswith(f"tool 'read' on {SERVER}: fresh_hit (fresh:") for line in lines), lines

@@ -791,6 +791,8 @@ def _run_on_cache(
 
     try:
         anyio.run(run)
+    except MissingExtra:
+        raise  # one line naming the extra, said by the command itself
     except typer.Abort:  # the confirmation got no answer (end of input)
         raise _cache_failed("nothing removed: no answer to the question (pass --yes not to be asked)", 1) from None
     except (OSError, RuntimeError) as exc:  # sqlite3 and redis errors derive from neither: caught below

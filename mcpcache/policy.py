@@ -75,11 +75,19 @@ class EntryMeta:
             return None
         if not _is_time(requested) or not _is_time(received):
             return None
-        # Absent from entries an earlier version stored: those are read as they were.
-        arguments, marks = raw.get("args", ""), raw.get("marks", [])
-        if not isinstance(arguments, str) or not isinstance(marks, list) or not all(isinstance(m, str) for m in marks):
+        # Absent from entries an earlier version stored: those are read as they were. (Read on every lookup:
+        # the checks are the cheapest that still refuse a wrong shape.)
+        arguments, marks = raw.get("args", ""), raw.get("marks")
+        if type(arguments) is not str:
             return None
-        return cls(tool, scope, ttl, etag, float(requested), float(received), size, arguments, tuple(marks))
+        kept: tuple[str, ...] = ()
+        if marks is not None:
+            if type(marks) is not list:
+                return None
+            kept = tuple(marks)
+            if not all(type(mark) is str for mark in kept):
+                return None
+        return cls(tool, scope, ttl, etag, float(requested), float(received), size, arguments, kept)
 
 
 def _is_count(value: object) -> TypeGuard[int]:

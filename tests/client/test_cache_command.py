@@ -72,7 +72,8 @@ def fill(store: Store | None = None, server_id: str = SERVER) -> None:
 
 
 def cache_command(*args: str, input: str | None = None) -> tuple[int, str]:
-    result = CliRunner().invoke(app, ["cache", *args], input=input)
+    # Without COLUMNS (pytest's workers may set it): output that is not a terminal is laid out for 140 columns.
+    result = CliRunner().invoke(app, ["cache", *args], input=input, env={"COLUMNS": None})
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     return result.exit_code, result.output
 
@@ -214,10 +215,9 @@ def filled_file(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_the_installed_command(filled_file: Path) -> None:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH")])),
-    }
+    tree = [str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(part for part in tree if part)}
+    env.pop("COLUMNS", None)  # pytest's workers may set it: output that is not a terminal gets 140 columns
     run = subprocess.run(
         [sys.executable, "-m", "mcpcache", "cache", "ls", "--store", str(filled_file)],
         capture_output=True,

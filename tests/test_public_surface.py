@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -25,24 +24,26 @@ def test_the_documented_names_import() -> None:
 
 @pytest.mark.anyio
 async def test_the_readme_server_example_stamps_and_answers_not_modified(tmp_path: Path) -> None:
-    block = re.search(r"```python\n(.*?)```", README.read_text(), re.S)
-    assert block is not None, "the README's first Python block is the server example"
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    server = [block for block in blocks if "FastMCP(" in block]
+    assert len(server) == 1, "the README has one FastMCP server example"
     namespace: dict[str, Any] = {}
-    exec(compile(block.group(1), str(README), "exec"), namespace)  # the example as a user would paste it
-    notebook = tmp_path / "a.ipynb"
-    notebook.write_text(json.dumps({"cells": [{"cell_type": "code", "source": "1 + 1"}]}))
+    exec(compile(server[0], str(README), "exec"), namespace)  # the example as a user would paste it
+    text = tmp_path / "a.txt"
+    text.write_text("1 + 1")
     async with Client(namespace["mcp"]) as client:
-        first = await client.call_tool_mcp("read_notebook", {"path": str(notebook)})
+        first = await client.call_tool_mcp("read_file", {"path": str(text)})
         block_meta = (first.meta or {})["io.modelcontextprotocol/cache"]
         again = await client.call_tool_mcp(
-            "read_notebook",
-            {"path": str(notebook)},
+            "read_file",
+            {"path": str(text)},
             meta={"io.modelcontextprotocol/cache": {"etag": block_meta["etag"]}},
         )
+    assert first.structured_content == {"kind": "file.read", "text": "1 + 1"}
     assert block_meta["ttlMs"] == 5000
     assert again.meta is not None
     assert again.meta["io.modelcontextprotocol/cache"]["notModified"] is True
-    assert again.structured_content == {"kind": "notebook.read"}
+    assert again.structured_content == {"kind": "file.read"}
 
 
 @pytest.mark.anyio

@@ -73,6 +73,13 @@ class _Record:
     def size(self) -> int:
         return len(self.meta) + len(self.body)
 
+    def item(self, meta: dict[str, Any], *, with_body: bool) -> Item:
+        body = self.body if with_body else b""
+        return Item(
+            meta, body, self.group, self.created_at, self.expires_at, self.tag, self.stamp, self.checksum,
+            self.server, self.tool,
+        )  # fmt: skip
+
 
 class _GroupIndex:
     __slots__ = ("bytes", "order")
@@ -141,18 +148,7 @@ class MemoryStore(Store):
             logger.warning("dropping a corrupt record under key %r: the body does not match its checksum", key)
             self._delete(key)
             return None
-        return Item(
-            meta,
-            record.body if with_body else b"",
-            record.group,
-            record.created_at,
-            record.expires_at,
-            record.tag,
-            record.stamp,
-            record.checksum,
-            record.server,
-            record.tool,
-        )
+        return record.item(meta, with_body=with_body)
 
     async def save(self, key: str, item: Item) -> bool:
         stamp = check_stamp(item.stamp)
@@ -368,16 +364,4 @@ class MemoryStore(Store):
 
 def _listed(key: str, record: _Record) -> Listed:
     meta = decode_meta(record.meta) or {}
-    item = Item(
-        meta,
-        b"",
-        record.group,
-        record.created_at,
-        record.expires_at,
-        record.tag,
-        record.stamp,
-        record.checksum,
-        record.server,
-        record.tool,
-    )
-    return Listed(key, item, record.size)
+    return Listed(key, record.item(meta, with_body=False), record.size)

@@ -226,6 +226,13 @@ def raw_tag(domain: bytes, value: Any) -> str:
 def raw_tag_sized(domain: bytes, value: Any) -> tuple[str, int]:
     """`raw_tag`, and the length of the value's JSON bytes."""
     data = exact_json(value)
+    return raw_json_tag(domain, data), len(data)
+
+
+def raw_json_tag(domain: bytes, data: bytes) -> str:
+    """The tag in `domain` of JSON bytes the caller already has (`exact_json` of the value, or the same
+    JSON as the framework wrote it: compact, keys in their order, which orjson and pydantic-core agree on).
+    """
     digest = xxhash.xxh3_128(domain)
     digest.update(data)
-    return format_tag(digest.hexdigest()), len(data)
+    return format_tag(digest.hexdigest())

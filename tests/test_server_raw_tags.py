@@ -151,7 +151,26 @@ async def test_text_answers_use_the_raw_path_too(state: dict[str, Any], conversi
         assert conversions.calls == before
 
 
-@pytest.mark.parametrize("tool", ["read_model", "read_dataclass", "read_bytes"])
+async def test_a_value_that_is_not_exact_is_tagged_from_what_fastmcp_made_of_it(
+    state: dict[str, Any], conversions: Spy
+) -> None:
+    """A dataclass under `Any`: FastMCP writes it as a JSON object, and that text is what is hashed."""
+    server = build_server(state)
+    async with stock_client("mcp", ServerTarget.memory(server), MODERN) as client:
+        first = await call_stock(client, "read_dataclass", {"key": "k"})
+        tag = block_of(first).etag  # type: ignore[union-attr]
+        assert tag != tag_of(first)  # not the content tag
+        assert first.content[0].text == '{"a":5}'  # type: ignore[union-attr]
+        reply = await call_conditional(client, "read_dataclass", {"key": "k"}, tag)
+        assert is_not_modified(reply)
+        assert conversions.calls == 2  # the match is found only after converting
+        state["value"] = {"kind": "doc", "text": "second"}
+        changed = await call_conditional(client, "read_dataclass", {"key": "k"}, tag)
+        assert not is_not_modified(changed)
+        assert changed.structured_content == {"a": 6}
+
+
+@pytest.mark.parametrize("tool", ["read_model", "read_bytes"])
 async def test_non_json_return_values_fall_back_to_the_content_tag(
     state: dict[str, Any], conversions: Spy, tool: str
 ) -> None:
@@ -274,9 +293,7 @@ async def test_a_plain_typed_dict_uses_the_raw_path(state: dict[str, Any], conve
         "read_untyped",  # a `kind` the TypedDict does not declare is not sent, so it cannot name the reply
     ],
 )
-async def test_typed_dicts_the_schema_cannot_name_fall_back(
-    state: dict[str, Any], conversions: Spy, tool: str
-) -> None:
+async def test_typed_dicts_the_schema_cannot_name_fall_back(state: dict[str, Any], conversions: Spy, tool: str) -> None:
     server = build_typed_server(state)
     async with stock_client("mcp", ServerTarget.memory(server), MODERN) as client:
         first = await call_stock(client, tool, {"key": "k"})
@@ -383,3 +400,113 @@ async def test_over_streamable_http(tmp_path: Any) -> None:
             reply = await call_conditional(client, "read", {"key": "k"}, tag)
             assert is_not_modified(reply)
             assert META_KEY in (reply.meta or {})
+
+
+# --- the two ways to the same bytes -------------------------------------------------------------------
+# A call that sends no tag is tagged from the JSON FastMCP wrote into the text block; a conditional call
+# hashes the return value's own JSON. They name one version only if the bytes agree.
+
+
+def _converted_text(tool: Tool, value: Any) -> str:
+    result = tool.convert_result(value)
+    assert len(result.content) == 1
+    return result.content[0].text  # type: ignore[union-attr,no-any-return]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(st.text(max_size=5), JSON, max_size=4), JSON)
+def test_fastmcp_writes_an_exact_value_as_orjson_does(document: dict[str, Any], items: Any) -> None:
+    def as_dict() -> dict[str, Any]:
+        return document
+
+    def as_list() -> list[Any]:
+        return [items]
+
+    for tool, value in ((Tool.from_function(as_dict), document), (Tool.from_function(as_list), [items])):
+        assert _converted_text(tool, value).encode() == exact_json(value)
+
+
+TRICKY: list[Any] = [
+    {"f": [0.1, 1e16, 1e-7, -0.0, 5e-324, 1.7976931348623157e308, 123456789012345680.0]},
+    {"s": '\u2028\x00\x1f\x7f"\\/é😀', "é": {"": []}},
+    {"i": [2**64 - 1, -(2**63), 0, True, False, None]},
+    {"nested": [[[{}]], [], {"a": {"b": [1, "2", 3.0]}}]},
+]
+
+
+@pytest.mark.parametrize("value", TRICKY, ids=["floats", "strings", "integers", "nesting"])
+async def test_a_full_read_and_a_conditional_call_name_one_version(
+    state: dict[str, Any], conversions: Spy, value: Any
+) -> None:
+    """Over a real server: the tag a plain call got (from the text) matches on the raw path."""
+    state["value"] = value
+    server = build_server(state)
+    async with stock_client("mcp", ServerTarget.memory(server), MODERN) as client:
+        first = await call_stock(client, "read", {"key": "k"})
+        tag = block_of(first).etag  # type: ignore[union-attr]
+        assert tag == raw_tag(raw_tag_domain(await server.get_tool("read")), value)  # type: ignore[arg-type]
+        reply = await call_conditional(client, "read", {"key": "k"}, tag)
+        assert is_not_modified(reply)
+        assert conversions.calls == 1  # the match needed no conversion
+
+
+async def test_a_value_that_is_neither_exact_nor_ascii_is_tagged_from_its_text(
+    state: dict[str, Any], conversions: Spy
+) -> None:
+    state["value"] = {"kind": "doc", "pair": ("é", 1)}  # a tuple: the value itself cannot be hashed
+    server = build_server(state)
+    async with stock_client("mcp", ServerTarget.memory(server), MODERN) as client:
+        first = await call_stock(client, "read", {"key": "k"})
+        tag = block_of(first).etag  # type: ignore[union-attr]
+        assert tag == raw_tag(raw_tag_domain(await server.get_tool("read")), {"kind": "doc", "pair": ["é", 1]})  # type: ignore[arg-type]
+        assert is_not_modified(await call_conditional(client, "read", {"key": "k"}, tag))
+        assert conversions.calls == 2
+        state["value"] = {"kind": "doc", "pair": ("è", 1)}
+        changed = await call_conditional(client, "read", {"key": "k"}, tag)
+        assert changed.structured_content == {"kind": "doc", "pair": ["è", 1]}
+
+
+async def test_a_wrapped_list_is_tagged_from_its_text_and_matches_without_conversion(conversions: Spy) -> None:
+    server = FastMCP("wrapped")
+    rows: list[Any] = [{"a": 1}, "b", 2.5]
+
+    wrapped = {"type": "object", "properties": {"result": {"type": "array"}}, "x-fastmcp-wrap-result": True}
+
+    @server.tool(output_schema=wrapped)
+    def read_rows(key: str) -> list[Any]:
+        return list(rows)
+
+    policies = ToolPolicies()
+    policies.declare("read_rows", CachePolicy())
+    install(server, policies)
+    async with stock_client("mcp", ServerTarget.memory(server), MODERN) as client:
+        first = await call_stock(client, "read_rows", {"key": "k"})
+        assert first.structured_content == {"result": rows}
+        tag = block_of(first).etag  # type: ignore[union-attr]
+        assert tag == raw_tag(raw_tag_domain(await server.get_tool("read_rows")), rows)  # type: ignore[arg-type]
+        assert is_not_modified(await call_conditional(client, "read_rows", {"key": "k"}, tag))
+        assert conversions.calls == 1
+
+
+@pytest.mark.parametrize(("before", "after"), [("1", 1), ("[]", []), ("null", None), ("{}", {})])
+async def test_a_string_and_the_value_it_spells_never_share_a_tag(before: Any, after: Any) -> None:
+    """FastMCP writes a string as itself, so its text alone would not tell "1" from 1."""
+    box: dict[str, Any] = {"value": before}
+    server = FastMCP("spelled")
+
+    @server.tool(output_schema=None)
+    def read_any(key: str) -> Any:
+        return box["value"]
+
+    policies = ToolPolicies()
+    policies.declare("read_any", CachePolicy())
+    install(server, policies)
+    async with stock_client("mcp", ServerTarget.memory(server), MODERN) as client:
+        first = await call_stock(client, "read_any", {"key": "k"})
+        tag = block_of(first).etag  # type: ignore[union-attr]
+        box["value"] = after
+        second = await call_stock(client, "read_any", {"key": "k"})
+        assert block_of(second) is None or block_of(second).etag != tag  # type: ignore[union-attr]
+        again = await call_conditional(client, "read_any", {"key": "k"}, tag)
+        assert not is_not_modified(again)
+        assert wire(again) == wire(second)

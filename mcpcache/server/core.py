@@ -207,6 +207,8 @@ class BelowTagging:
     reason: str = "no tag computed below the adapter"
     size: int | None = None
     """The length of the bytes `tag` was computed from, when the caller says."""
+    converted: bool = False
+    """Whether the framework had already converted the answer when `decide` was called."""
 
     def decide(
         self, tag: str, structured_content: Any, *, is_error: bool = False, size: int | None = None
@@ -471,9 +473,10 @@ class Revalidator:
             raise
         if below is not None:
             if below.reply is not None:
-                reason = f"{below.reason} (answer not converted)"
+                reason = f"{below.reason} ({'answer converted first' if below.converted else 'answer not converted'})"
                 return self._record(
-                    tool, NotModified(below.reply, body_ran=True, reason=reason, converted=False, size=below.size)
+                    tool,
+                    NotModified(below.reply, body_ran=True, reason=reason, converted=below.converted, size=below.size),
                 )
             logger.debug("tool %r: below the adapter: %s", tool, below.reason)
         read = read_answer(result)

@@ -39,6 +39,7 @@ answer, never to a guess.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
@@ -67,7 +68,14 @@ from fastmcp.utilities.versions import VersionSpec
 from pydantic import TypeAdapter
 from typing_extensions import is_typeddict
 
-from mcpcache.etag import CanonicalizationError, canonical_json, content_tag_sized, raw_domain, raw_tag_sized
+from mcpcache.etag import (
+    CanonicalizationError,
+    canonical_json,
+    content_tag_sized,
+    raw_domain,
+    raw_json_tag,
+    raw_tag_sized,
+)
 from mcpcache.protocol import EXTENSION_ID, META_KEY, extension_settings, with_block
 from mcpcache.server.core import (
     Answer,
@@ -103,6 +111,7 @@ def _fastmcp_version() -> str:
 
 
 _WRAP_KEY = "x-fastmcp-wrap-result"
+_WRAPPED_META = {"fastmcp": {"wrap_result": True}}  # what FastMCP puts on every wrapped answer
 
 # Return annotations whose pydantic serializer writes a value of exact JSON types unchanged (FastMCP reads
 # a string annotation, an unannotated return and `Any` alike). A scalar annotation only with a value of
@@ -307,15 +316,73 @@ def _raw_tagged_result(tool: FunctionTool, raw_value: Any) -> ToolResult:
         if domain is None or not applies:
             tagging.reason = "the conversion of this return value cannot be named; the answer is hashed"
             return FunctionTool.convert_result(tool, raw_value)
+        if tagging.requested is None:
+            return _converted_then_tagged(tool, tagging, domain, raw_value)
         try:
             tag, size = raw_tag_sized(domain, raw_value)
-        except CanonicalizationError as exc:
-            tagging.reason = f"the return value has no exact JSON form ({exc}); the answer is hashed"
-            return FunctionTool.convert_result(tool, raw_value)
+        except CanonicalizationError:
+            # Not exact (a dataclass, a tuple): what FastMCP makes of it may still be, so tag that.
+            return _converted_then_tagged(tool, tagging, domain, raw_value)
         reply = tagging.decide(tag, structured, size=size)
     if reply is not None:
         return ToolResult(content=[], structured_content=reply.structured_content, meta=reply.meta)
     return raw_value if isinstance(raw_value, ToolResult) else FunctionTool.convert_result(tool, raw_value)
+
+
+def _converted_then_tagged(tool: FunctionTool, tagging: BelowTagging, domain: bytes, raw_value: Any) -> ToolResult:
+    """Convert, then tag the JSON FastMCP wrote into the text block.
+
+    Used when a call sent no tag (nothing can match, so converting first costs nothing, and it spares a
+    second serialisation of the value and the walk over it) and when the return value is not exact.
+    That text parses back to exactly the value the whole answer is built from, so equal bytes still mean
+    an identical answer; for an exact return value orjson writes the same bytes, so a conditional call
+    that hashes the value itself names the same version with the same tag (docs/protocol.md section 2.1).
+    """
+    result = FunctionTool.convert_result(tool, raw_value)
+    tagging.converted = True
+    text = _value_json_text(result, wrapped=bool((tool.output_schema or {}).get(_WRAP_KEY)))
+    tag: str | None = None
+    size = 0
+    if text is not None and not text.isascii():
+        # An ASCII str encodes as a copy; any other goes through CPython's per-character UTF-8 encoder,
+        # slower (7.7 ms at 5 MB) than orjson's walk and serialisation of an exact value (about 6 ms).
+        with contextlib.suppress(CanonicalizationError):
+            tag, size = raw_tag_sized(domain, raw_value)
+    if tag is None:
+        if text is not None:
+            data = text.encode()
+            tag, size = raw_json_tag(domain, data), len(data)
+        else:
+            try:
+                tag, size = raw_tag_sized(domain, raw_value)
+            except CanonicalizationError as exc:
+                tagging.reason = f"the return value has no exact JSON form ({exc}); the answer is hashed"
+                return result
+    reply = tagging.decide(tag, result.structured_content, size=size)
+    if reply is not None:
+        return ToolResult(content=[], structured_content=reply.structured_content, meta=reply.meta)
+    return result
+
+
+def _value_json_text(result: ToolResult, *, wrapped: bool) -> str | None:
+    """The text block of FastMCP's conversion when it is the JSON of the structured value, else None.
+
+    FastMCP writes a dict or list value as its JSON; a string it writes as itself (so "1" and 1 would
+    share a text), and None as no block at all: those, and anything a tool could have built, are left
+    to the raw value's own JSON.
+    """
+    structured = result.structured_content
+    if result.is_error or type(structured) is not dict or len(result.content) != 1:
+        return None
+    if result.meta is not None and not (wrapped and result.meta == _WRAPPED_META):
+        return None
+    block = result.content[0]
+    if type(block) is not mt.TextContent or block.annotations is not None or block.meta is not None:
+        return None
+    value = structured.get("result") if wrapped else structured
+    if wrapped and len(structured) != 1:
+        return None
+    return block.text if type(value) is dict or type(value) is list else None
 
 
 @functools.cache

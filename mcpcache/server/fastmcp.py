@@ -329,18 +329,31 @@ def _raw_tagged_result(tool: FunctionTool, raw_value: Any) -> ToolResult:
     return raw_value if isinstance(raw_value, ToolResult) else FunctionTool.convert_result(tool, raw_value)
 
 
+# Return annotations FastMCP serialises a dict under by inference alone: an exact dict comes out as it
+# went in. (A TypedDict drops undeclared keys and writes an int in a float field as 1.0, so the JSON of
+# what it sends is not the JSON of an exact value that a conditional call hashes.)
+_SERIALISED_AS_ANY = frozenset({"unannotated", "Any", "dict", "dict[str, Any]"})
+
+
 def _converted_then_tagged(tool: FunctionTool, tagging: BelowTagging, domain: bytes, raw_value: Any) -> ToolResult:
-    """Convert, then tag the JSON FastMCP wrote into the text block.
+    """Convert, then tag: the JSON FastMCP wrote into the text block, or else the return value's own.
 
     Used when a call sent no tag (nothing can match, so converting first costs nothing, and it spares a
     second serialisation of the value and the walk over it) and when the return value is not exact.
-    That text parses back to exactly the value the whole answer is built from, so equal bytes still mean
-    an identical answer; for an exact return value orjson writes the same bytes, so a conditional call
-    that hashes the value itself names the same version with the same tag (docs/protocol.md section 2.1).
+
+    The text is used only for a dict returned under an annotation FastMCP serialises by inference: then
+    the text block is the JSON of the structured value E, which parses back to E, and the whole answer
+    is built from E. A conditional call hashes an exact value V itself; under such an annotation the
+    answer to V is built from V, so equal bytes (E = V) still mean an identical answer, and orjson writes
+    V as FastMCP writes E, so both calls name one version with one tag (docs/protocol.md section 2.1).
+    A list may hold content blocks FastMCP sends as they are, and a TypedDict changes what it sends, so
+    neither takes the text.
     """
     result = FunctionTool.convert_result(tool, raw_value)
     tagging.converted = True
-    text = _value_json_text(result, wrapped=bool((tool.output_schema or {}).get(_WRAP_KEY)))
+    text = None
+    if type(raw_value) is dict and _annotation_name(tool.return_type) in _SERIALISED_AS_ANY:
+        text = _value_json_text(result, wrapped=bool((tool.output_schema or {}).get(_WRAP_KEY)))
     tag: str | None = None
     size = 0
     if text is not None and not text.isascii():

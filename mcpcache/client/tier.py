@@ -18,6 +18,7 @@ only, never the tier's, and never what a later caller is served.
 
 from __future__ import annotations
 
+import marshal
 import pickle
 from collections import OrderedDict
 from collections.abc import Callable
@@ -36,6 +37,10 @@ _SMALL_NODES = 48
 """Below this many stored bytes per comma (roughly: per JSON value), an answer is made of many small
 values (rows of a table) and a pickled copy is cheaper to rebuild than a structural one; above it (long
 strings: notebooks, documents) the structural copy, which shares the strings, is much cheaper."""
+
+
+_FEW_BLOCKS = 4
+"""At most this many content blocks beside marshalled structured content: each is copied structurally."""
 
 
 def _copy_value(value: Any) -> Any:
@@ -67,13 +72,16 @@ def _copy_value(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def _copy_model(model: BaseModel) -> BaseModel:
+def _copy_model(model: BaseModel, **copied_fields: Any) -> BaseModel:
     """A new model object of the same class, its fields copied (what model_copy(deep=True) gives, without
-    deepcopy's memo and reducers)."""
+    deepcopy's memo and reducers); `copied_fields` are private copies the caller already made."""
     kind = type(model)
     new = kind.__new__(kind)
-    state = model.__dict__
-    object.__setattr__(new, "__dict__", {k: v if type(v) in _ATOMS else _copy_value(v) for k, v in state.items()})
+    state = {
+        k: copied_fields[k] if k in copied_fields else v if type(v) in _ATOMS else _copy_value(v)
+        for k, v in model.__dict__.items()
+    }
+    object.__setattr__(new, "__dict__", state)
     object.__setattr__(new, "__pydantic_fields_set__", set(model.__pydantic_fields_set__))
     extra = model.__pydantic_extra__
     object.__setattr__(new, "__pydantic_extra__", None if extra is None else _copy_value(extra))
@@ -101,12 +109,19 @@ class Decoded:
     """Never handed out: every serve gets `copy()`."""
     pickled: bytes | None
     """For answers of many small values: the pickled answer, rebuilt on every serve instead."""
+    marshalled: bytes | None = None
+    """For answers whose many small values are all in plain structured content: that content marshalled,
+    rebuilt on every serve while the rest of the answer is copied structurally."""
     server: str = ""
     """The server the answer came from, and the mark of its call (`CallIdentity.call_mark_key`): what an
     invalidation drops the held copy by, whatever its protocol era or arm."""
     call: str = ""
 
     def copy(self) -> CallToolResult:
+        if self.marshalled is not None:
+            copied = _copy_model(self.result, structured_content=marshal.loads(self.marshalled))
+            assert isinstance(copied, CallToolResult)
+            return copied
         if self.pickled is not None:
             copied = pickle.loads(self.pickled)
             assert isinstance(copied, CallToolResult)
@@ -122,13 +137,22 @@ def hold(
     result: CallToolResult, body: bytes, tag: str | None, checksum: str, *, server: str = "", call: str = ""
 ) -> Decoded:
     """What the tier keeps for `result` (which the caller must not hand out afterwards), stored as `body`."""
-    pickled = None
+    pickled = marshalled = None
     if _many_small_values(body):
-        try:
-            pickled = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception:  # an answer holding something pickle cannot take: the structural copy serves it
-            pickled = None
-    return Decoded(tag, checksum, len(body), result, pickled, server, call)
+        if result.structured_content is not None and len(result.content) <= _FEW_BLOCKS:
+            # marshal takes only the exact built-in types (what decoded JSON is made of) and rebuilds them
+            # in C, about 2.5x faster than a structural copy and 1.3x faster than pickle; the few models
+            # around it are copied structurally, which pickle would rebuild through __setstate__.
+            try:
+                marshalled = marshal.dumps(result.structured_content)
+            except ValueError:
+                marshalled = None
+        if marshalled is None:
+            try:
+                pickled = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception:  # an answer holding something pickle cannot take: the structural copy serves it
+                pickled = None
+    return Decoded(tag, checksum, len(body), result, pickled, marshalled, server, call)
 
 
 class DecodedTier:

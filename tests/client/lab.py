@@ -43,6 +43,8 @@ POLICIES = {
     "flaky": CachePolicy(ttl_ms=1000),
 }
 READ_ONLY = mt.ToolAnnotations(read_only_hint=True)
+ROWS = 1500
+"""Rows in the answer to a key starting with "rows"."""
 MUTATING = mt.ToolAnnotations(read_only_hint=False, destructive_hint=True)
 
 
@@ -71,7 +73,10 @@ def _bodies(lab: Lab) -> list[Callable[..., Any]]:
 
     def answer(tool: str, key: str) -> dict[str, Any]:
         docs.ran(tool, key)
-        return {"kind": "doc", "key": key, "text": docs.text(key), "version": docs.version(key)}
+        out = {"kind": "doc", "key": key, "text": docs.text(key), "version": docs.version(key)}
+        if key.startswith("rows"):  # an answer of many small values (the decoded tier marshals those)
+            out["rows"] = [{"id": i, "name": f"r{i}", "tags": ["a", "b"]} for i in range(ROWS)]
+        return out
 
     def read(key: str) -> dict[str, Any]:
         return answer("read", key)

@@ -26,7 +26,7 @@ from mcpcache.stores import Item, MemoryStore, Store
 from mcpcache.stores.base import body_checksum
 
 from .harness import connect
-from .lab import Lab, build_lab
+from .lab import ROWS, Lab, build_lab
 from .test_single_flight import all_at_once
 
 pytestmark = pytest.mark.anyio
@@ -41,6 +41,9 @@ def scribble(result: mt.CallToolResult) -> None:
     assert isinstance(result.structured_content, dict)
     result.structured_content["text"] = "scribbled"
     result.structured_content["added"] = ["scribbled"]
+    if "rows" in result.structured_content:
+        result.structured_content["rows"][0]["tags"].append("scribbled")
+        result.structured_content["rows"].pop()
     first = result.content[0]
     assert isinstance(first, mt.TextContent)
     first.text = "scribbled"
@@ -58,6 +61,8 @@ def assert_pristine(result: mt.CallToolResult, text: str = FIRST) -> None:
     assert isinstance(result.structured_content, dict)
     assert result.structured_content["text"] == text
     assert "added" not in result.structured_content
+    rows = result.structured_content.get("rows")
+    assert rows is None or (len(rows) == ROWS and rows[0]["tags"] == ["a", "b"])
     assert [c.text for c in result.content if isinstance(c, mt.TextContent)] != ["scribbled"]
     assert len(result.content) == 1
     assert "appended" not in str(result.content)
@@ -72,20 +77,25 @@ def key_of(cache: ToolCache, era: str | None) -> str:
     return CallIdentity(SERVER_ID, cache.partition, era or "", "read", K).key("private")
 
 
-async def test_a_callers_changes_never_reach_a_later_serve(backend: Backend, opened: Store) -> None:
+@pytest.mark.parametrize("key", ["k", "rows"], ids=["structural copy", "many small values, marshalled"])
+async def test_a_callers_changes_never_reach_a_later_serve(backend: Backend, opened: Store, key: str) -> None:
     clock = clock_of(backend)
     cache = ToolCache(opened, clock=clock)
+    args = {"key": key}
+    first = f"{key}: first edition"
     async with connect("mcp", ServerTarget.memory(build_lab("sdk")), MODERN, cache, server_id=SERVER_ID) as conn:
         statuses = []
         for step in ("miss", "fresh", "fresh", "revalidate", "fresh", "revalidate", "revalidate", "fresh"):
             if step == "revalidate":
                 clock.advance(6)
-            call = await conn.call("read", K)
+            call = await conn.call("read", args)
             statuses.append(call.outcome.status)
-            assert_pristine(call.result)
+            assert_pristine(call.result, first)
             scribble(call.result)
-        again = await conn.call("read", K)
-        assert_pristine(again.result)
+            held = list(cache._tier._held.values())
+            assert [h.marshalled is not None for h in held] == [key == "rows"]
+        again = await conn.call("read", args)
+        assert_pristine(again.result, first)
     assert statuses == [
         "miss",
         "fresh_hit",
@@ -98,29 +108,32 @@ async def test_a_callers_changes_never_reach_a_later_serve(backend: Backend, ope
     ]
 
 
-async def test_followers_changes_never_reach_each_other_or_a_later_serve(backend: Backend, opened: Store) -> None:
+@pytest.mark.parametrize("key", ["k", "rows"], ids=["structural copy", "many small values, marshalled"])
+async def test_followers_changes_never_reach_each_other_or_a_later_serve(
+    backend: Backend, opened: Store, key: str
+) -> None:
     clock = clock_of(backend)
     cache = ToolCache(opened, clock=clock)
     lab = Lab()
     async with connect("mcp", ServerTarget.memory(build_lab("sdk", lab)), MODERN, cache, server_id=SERVER_ID) as conn:
         for wave in ("miss", "revalidated"):
             mark = conn.mark()
-            calls = await all_at_once(conn, lab, [K] * 12)
+            calls = await all_at_once(conn, lab, [{"key": key}] * 12)
             assert conn.tool_calls(mark) == 1
             assert {c.outcome.status for c in calls} == {wave}
             assert sum(c.outcome.coalesced for c in calls) == 11
             for call in calls:
                 # Each caller's copy is pristine, whatever the callers before it did to theirs.
                 assert isinstance(call.result.structured_content, dict)
-                assert call.result.structured_content["text"] == "k: first edition"
+                assert call.result.structured_content["text"] == f"{key}: first edition"
                 assert "added" not in call.result.structured_content
                 assert len(call.result.content) == 1
                 scribble(call.result)
             lab.gate = None
-            served = await conn.call("gated", K)  # ttl 0: a revalidation, served from what was kept
+            served = await conn.call("gated", {"key": key})  # ttl 0: a revalidation, served from what was kept
             assert served.outcome.status == "revalidated"
             assert isinstance(served.result.structured_content, dict)
-            assert served.result.structured_content["text"] == "k: first edition"
+            assert served.result.structured_content["text"] == f"{key}: first edition"
             assert len(served.result.content) == 1
             assert (served.result.meta or {}).get("scribbled") is None
 
@@ -217,24 +230,30 @@ async def test_a_body_corrupted_underneath_a_held_answer_serves_the_held_version
             assert (await conn.call("read", K)).outcome.status == "miss"
 
 
-def answer(text: str, rows: int = 0) -> mt.CallToolResult:
+def answer(text: str, rows: int = 0, blocks: int = 1) -> mt.CallToolResult:
     structured: dict[str, Any] = {
         "text": text,
         "rows": [{"id": i, "name": f"r{i}", "tags": ["a", "b"]} for i in range(rows)],
     }
     return mt.CallToolResult(
-        content=[mt.TextContent(type="text", text=text)], structured_content=structured, _meta={"m": {"n": [1]}}
+        content=[mt.TextContent(type="text", text=text) for _ in range(blocks)],
+        structured_content=structured,
+        _meta={"m": {"n": [1]}},
     )
 
 
-@pytest.mark.parametrize("rows", [0, 2000], ids=["few values (structural copy)", "many small values (pickled)"])
-def test_every_copy_is_private_and_equal(rows: int) -> None:
-    original = answer("x" * 5000, rows)
+@pytest.mark.parametrize(
+    ("rows", "blocks", "form"),
+    [(0, 1, "structural"), (2000, 1, "marshalled"), (2000, 6, "pickled")],
+    ids=["few values (structural copy)", "many small values (marshalled)", "many values and blocks (pickled)"],
+)
+def test_every_copy_is_private_and_equal(rows: int, blocks: int, form: str) -> None:
+    original = answer("x" * 5000, rows, blocks)
     body = encode_result(original)
     decoded = decode_result(body)
     assert decoded is not None
     held = hold(decoded, body, "t", body_checksum(body))
-    assert (held.pickled is not None) == (rows > 0)
+    assert (held.marshalled is not None, held.pickled is not None) == (form == "marshalled", form == "pickled")
     copies = [held.copy(), held.copy(), copy_result(decoded)]
     for copy in copies:
         assert copy == original

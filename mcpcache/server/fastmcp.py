@@ -156,9 +156,26 @@ def memos_around(chain: list[Middleware], me: Middleware, tool: str) -> tuple[bo
     return inside, outside
 
 
+def _readdressed(structured_content: Any) -> bool:
+    """Whether FastMCP will rewrite this answer's tool references after every middleware has run.
+
+    `FastMCP.call_tool` re-addresses a Prefab payload's `toolCall` references to the names of the
+    server's current tool listing, above the middleware chain: the same body can then be sent as two
+    answers, so no tag made below can name it.
+    """
+    from fastmcp.server.providers.prefab_payload import payload_has_identities
+
+    return bool(payload_has_identities(structured_content))
+
+
+_READDRESSED = "FastMCP re-addresses this answer's tool references after mcpcache runs (Prefab): sent untagged"
+
+
 def _read_answer(result: ToolResult) -> Answer | NotAnAnswer:
     if getattr(result, "input_required", None) is not None:
         return NotAnAnswer("not a tool answer (input required)")
+    if _readdressed(result.structured_content):
+        return NotAnAnswer(_READDRESSED)
     return Answer(
         content=result.content,
         structured_content=result.structured_content,
@@ -304,6 +321,9 @@ def _raw_tagged_result(tool: FunctionTool, raw_value: Any) -> ToolResult:
     tagging = handoff.tagging
     if isinstance(raw_value, ToolResult):
         # Built by the tool itself: nothing is left to convert; its tag is the answer's (its _meta in).
+        if _readdressed(raw_value.structured_content):
+            tagging.reason = _READDRESSED
+            return raw_value
         try:
             tag, size = content_tag_sized(raw_value.content, raw_value.structured_content, raw_value.meta)
         except CanonicalizationError:
@@ -315,6 +335,9 @@ def _raw_tagged_result(tool: FunctionTool, raw_value: Any) -> ToolResult:
         applies, structured = _sent_structured(tool, tool.return_type, raw_value)
         if domain is None or not applies:
             tagging.reason = "the conversion of this return value cannot be named; the answer is hashed"
+            return FunctionTool.convert_result(tool, raw_value)
+        if _readdressed(structured):
+            tagging.reason = _READDRESSED
             return FunctionTool.convert_result(tool, raw_value)
         if tagging.requested is None:
             return _converted_then_tagged(tool, tagging, domain, raw_value)
@@ -799,6 +822,12 @@ class RevalidationMiddleware(Middleware):
                 _CLAIM.reset(token)
 
         async def run_body_tagged(tagging: BelowTagging) -> ToolResult:
+            tool = await fctx.fastmcp.get_tool(name) if fctx is not None else None
+            if type(tool) is not _raw_tagged_class():
+                # A transform added after install() wraps the tagged tool (same name, its own answer): the
+                # raw value is not what is sent, so the answer is hashed.
+                tagging.reason = "the tool that runs is not the one mcpcache tags below; the answer is hashed"
+                return await run_body()
             token = _BELOW.set(_Handoff(tagging))
             try:
                 return await run_body()

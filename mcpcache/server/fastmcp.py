@@ -156,7 +156,7 @@ def memos_around(chain: list[Middleware], me: Middleware, tool: str) -> tuple[bo
     return inside, outside
 
 
-def _readdressed(structured_content: Any) -> bool:
+def readdressed_above_middleware(structured_content: Any) -> bool:
     """Whether FastMCP will rewrite this answer's tool references after every middleware has run.
 
     `FastMCP.call_tool` re-addresses a Prefab payload's `toolCall` references to the names of the
@@ -174,7 +174,7 @@ _READDRESSED = "FastMCP re-addresses this answer's tool references after mcpcach
 def _read_answer(result: ToolResult) -> Answer | NotAnAnswer:
     if getattr(result, "input_required", None) is not None:
         return NotAnAnswer("not a tool answer (input required)")
-    if _readdressed(result.structured_content):
+    if readdressed_above_middleware(result.structured_content):
         return NotAnAnswer(_READDRESSED)
     return Answer(
         content=result.content,
@@ -321,7 +321,7 @@ def _raw_tagged_result(tool: FunctionTool, raw_value: Any) -> ToolResult:
     tagging = handoff.tagging
     if isinstance(raw_value, ToolResult):
         # Built by the tool itself: nothing is left to convert; its tag is the answer's (its _meta in).
-        if _readdressed(raw_value.structured_content):
+        if readdressed_above_middleware(raw_value.structured_content):
             tagging.reason = _READDRESSED
             return raw_value
         try:
@@ -336,7 +336,7 @@ def _raw_tagged_result(tool: FunctionTool, raw_value: Any) -> ToolResult:
         if domain is None or not applies:
             tagging.reason = "the conversion of this return value cannot be named; the answer is hashed"
             return FunctionTool.convert_result(tool, raw_value)
-        if _readdressed(structured):
+        if readdressed_above_middleware(structured):
             tagging.reason = _READDRESSED
             return FunctionTool.convert_result(tool, raw_value)
         if tagging.requested is None:

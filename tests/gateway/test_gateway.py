@@ -208,3 +208,20 @@ async def test_an_answer_the_upstream_narrows_to_private_is_not_kept_for_anonymo
     assert all(block_of(a)["cacheScope"] == "private" for a in answers)
     assert answers[0].structured_content == answers[1].structured_content
     assert (await store.usage()).items == 0
+
+
+@pytest.mark.anyio
+async def test_an_answer_the_gateway_readdresses_is_sent_untagged() -> None:
+    """The gateway's own FastMCP rewrites a Prefab payload's tool references after its middleware, by its
+    current tool names: no tag made before that can name the answer."""
+    upstream = fastmcp.FastMCP("prefab")
+
+    @upstream.tool
+    def ui(key: str) -> dict[str, Any]:
+        return {"button": {"action": "toolCall", "tool": "save"}, "_meta": {"fastmcp": {"toolNames": {"save": "save"}}}}
+
+    gateway = gateway_over(upstream, {"ui": ToolSettings(ttl_ms=5000)}, store=MemoryStore())
+    async with stock_client("mcp", ServerTarget.memory(gateway), ERAS[-1]) as client:
+        got = await call(client, "ui", {"key": "k"})
+    assert not got.is_error
+    assert META_KEY not in (got.meta or {})

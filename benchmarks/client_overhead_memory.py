@@ -156,17 +156,20 @@ async def run_toolcache(total: int, max_bytes: int) -> dict[str, Any]:
 
         server_id = "bench:memory"
         era = "2026-07-28"
+        timeout_s = None
 
         def __init__(self) -> None:
             self.size = 0
+
+        async def send(
+            self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None, timeout_s: float | None
+        ) -> Any:
+            return await self.send_plain(name, arguments, meta)
 
         async def send_plain(self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None) -> Any:
             text = rng.randbytes(self.size // 2).hex()  # a new str per answer, as a parsed reply would be
             block = {"ttlMs": TTL_MS, "cacheScope": "private", "etag": f'W/"{arguments["i"]:032x}"'}
             return CallToolResult(content=[TextContent(type="text", text=text)], _meta={META_KEY: block})
-
-        async def send_conditional(self, name: str, arguments: dict[str, Any], meta: dict[str, Any]) -> Any:
-            return None
 
         async def validate(self, name: str, result: Any) -> None:
             return None

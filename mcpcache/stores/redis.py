@@ -27,6 +27,8 @@ The keys, and the indexes that make group operations and LRU trimming cheap:
 - `u`           hash of item and byte counts, per group and in total
 - `tick`        the use counter: strictly ordered even for uses within one millisecond
 - `sweep`       where the next write's sweep of the index starts
+- `u` also holds `lost`: how many times Redis evicted the directory since `usage` last indexed every
+  item again
 
 Every key starts with `{<namespace>}:`; the hash tag puts a namespace in one cluster slot, which the
 scripts need since they derive key names from the data.
@@ -38,10 +40,10 @@ Redis's own `maxmemory` eviction may remove any of these keys, and the store kee
   index stays close to the items held, and Redis's memory under its cap.
 - An item found without its directory entry is served and indexed again from its own fields.
 - If Redis evicts the directory, the rest of the index is dropped (it no longer says anything true) and
-  items are indexed again as they are loaded; if it evicts another index key, the index is rebuilt from
-  the directory. Only `allkeys-*` policies can do this: the index keys carry no expiry, so `volatile-*`
-  policies never evict them (and the sweeps bound their size). Under `allkeys-lru` they are in use on
-  every operation and are the last keys Redis picks.
+  items are indexed again as they are loaded, or all at once by the next `usage`; if it evicts another
+  index key, the index is rebuilt from the directory. Only `allkeys-*` policies can do this: the index
+  keys carry no expiry, so `volatile-*` policies never evict them (and the sweeps bound their size).
+  Under `allkeys-lru` they are in use on every operation and are the last keys Redis picks.
 - With a `volatile-*` policy, items need an expiry to be evictable at all: see `idle_ttl_s`.
 """
 
@@ -173,12 +175,14 @@ end
 
 -- The derived indexes again from the directory, after Redis evicted one of them (allkeys-* policies).
 local function rebuild()
+  local lost = redis.call('HGET', U, 'lost')
   local entries = redis.call('HGETALL', D)
   local groups = {}
   for _, g in ipairs(redis.call('ZRANGE', GROUPS, 0, -1)) do groups[g] = true end
   for i = 2, #entries, 2 do groups[group_of(entries[i])] = true end
   for g, _ in pairs(groups) do redis.call('DEL', P .. 'g:' .. g, P .. 'c:' .. g) end
   redis.call('DEL', U, LRU, X, GROUPS, D)
+  if lost then redis.call('HSET', U, 'lost', lost) end
   for i = 1, #entries, 2 do
     local ik = P .. 'i:' .. entries[i]
     if is_hash(ik) then reindex(entries[i], ik) end
@@ -190,9 +194,12 @@ local function check_index()
   if redis.call('EXISTS', D) == 0 then
     if redis.call('EXISTS', U) == 1 or redis.call('EXISTS', LRU) == 1 then
       -- The directory is gone: the rest of the index no longer says anything true. Items still held are
-      -- indexed again when next loaded.
+      -- indexed again when next loaded, or by the next `usage`, which the mark below sends looking for them.
       for _, g in ipairs(redis.call('ZRANGE', GROUPS, 0, -1)) do redis.call('DEL', P .. 'g:' .. g, P .. 'c:' .. g) end
+      local lost = num(redis.call('HGET', U, 'lost')) + 1
       redis.call('DEL', U, LRU, X, GROUPS)
+      -- Kept in `u`, which every operation uses: a key of its own would be the first one Redis evicts.
+      redis.call('HSET', U, 'lost', lost)
     end
   elseif redis.call('EXISTS', U) == 0 or redis.call('EXISTS', LRU) == 0 or redis.call('EXISTS', GROUPS) == 0 then
     rebuild()
@@ -434,6 +441,24 @@ elseif op == 'list' or op == 'count' or op == 'remove_matching' then
   if op == 'list' then return {scanned[1], out} end
   return {scanned[1], n, bytes}
 
+elseif op == 'adopt' then
+  -- One SCAN step over the namespace's items, indexing each one held without a directory entry (after
+  -- Redis evicted the directory); the next cursor, '0' at the end.
+  local scanned = redis.call('SCAN', A[1], 'MATCH', P .. 'i:*', 'COUNT', tonumber(A[2]))
+  for _, ik in ipairs(scanned[2]) do
+    local k = string.sub(ik, #P + 3)
+    if not redis.call('HGET', D, k) and is_hash(ik) then reindex(k, ik) end
+  end
+  return scanned[1]
+
+elseif op == 'lost' then
+  return redis.call('HGET', U, 'lost') or false
+
+elseif op == 'found' then
+  -- Every item held when the directory was lost `A[1]` times is indexed again; a later loss keeps its mark.
+  if redis.call('HGET', U, 'lost') == A[1] then redis.call('HDEL', U, 'lost') end
+  return true
+
 elseif op == 'usage' then
   local g = A[1]
   if g == nil then return redis.call('HMGET', U, 'n', 'b') end
@@ -632,9 +657,20 @@ class RedisStore(Store):
 
         Before counting, the index (of the group, or of the namespace) is walked in batches and every
         entry whose item Redis evicted on its own is dropped, so the count is of items that were held
-        during the walk. Not counted: an item whose index entry Redis evicted (only an `allkeys-*` policy
-        can evict the index) until it is next loaded. The walk is O(items) round trips of 512 entries.
+        during the walk. After Redis evicted the directory itself (only an `allkeys-*` policy can), the
+        first count also scans the namespace's items and indexes again those held without an entry. The
+        walk is O(items) round trips of 512 entries.
         """
+        lost = await self._call("lost")
+        if lost:
+            # Redis evicted the directory (an `allkeys-*` policy): items held then are counted only once
+            # indexed again, so every item is looked at, one short script per step.
+            cursor: bytes | int = b"0"
+            while True:
+                cursor = await self._call("adopt", cursor, _SCAN_COUNT)
+                if cursor in (b"0", 0):
+                    break
+            await self._call("found", lost)
         at = 0
         while at >= 0:
             at = int(await self._call("sweep", "lru" if group is None else "g:" + group, at, 512))

@@ -123,6 +123,24 @@ async def test_maxmemory_keeps_the_cache_working_and_memory_under_the_cap(
         await client.aclose()
 
 
+async def test_items_held_when_the_directory_was_evicted_are_counted_again(redis_url: str) -> None:
+    namespace = f"dir-{uuid.uuid4().hex[:8]}"
+    prefix = "{" + namespace + "}:"
+    async with RedisStore(redis_url, namespace=namespace) as store:
+        items = {f"k{i}": Item({"i": i}, b"body %d" % i, f"g{i % 2}", float(i)) for i in range(10)}
+        for key, item in items.items():
+            await store.save(key, item)
+        await store.client.delete(prefix + "d")  # as an allkeys-* eviction would
+        late = Item({"i": 10}, b"late", "g0", 10.0)
+        await store.save("k10", late)  # finds the directory gone: the old items are no longer indexed
+        items["k10"] = late
+        total = Usage(len(items), sum(item.size for item in items.values()))
+        assert await store.usage() == total
+        assert await store.usage("g1") == Usage(5, sum(items[f"k{i}"].size for i in range(1, 10, 2)))
+        assert await store.client.hget(prefix + "u", "lost") is None  # found: the next count scans nothing
+        assert await store.usage() == total
+
+
 async def test_an_evicted_index_key_is_rebuilt_or_dropped(redis_url: str) -> None:
     namespace = f"idx-{uuid.uuid4().hex[:8]}"
     prefix = "{" + namespace + "}:"
@@ -141,11 +159,12 @@ async def test_an_evicted_index_key_is_rebuilt_or_dropped(redis_url: str) -> Non
         assert await store.remove_created_before("g1", 5.0) == 2  # k1 and k3 were created before 5
         assert await store.usage() == Usage(3, sum(items[k].size for k in ("k5", "k7", "k9")))
 
-        # The directory itself: the rest of the index is dropped, and items are indexed again when loaded.
+        # The directory itself: the rest of the index is dropped; the next count indexes the items held again.
         await store.client.delete(prefix + "d")
-        assert await store.usage() == Usage(0, 0)
+        held = Usage(3, sum(items[k].size for k in ("k5", "k7", "k9")))
+        assert await store.usage() == held
         assert await store.load("k5") == items["k5"]
-        assert await store.usage("g1") == Usage(1, items["k5"].size)
+        assert await store.usage("g1") == held
         await store.remove_all()
 
 

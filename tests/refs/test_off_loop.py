@@ -44,6 +44,12 @@ async def with_heartbeat(work: Callable[[], Awaitable[T]]) -> tuple[T, int]:
     return result, beats
 
 
+# Counted inline, the heartbeat gets at most one turn (measured: 1); off the loop it gets one every few
+# milliseconds of the 60-100 ms the count takes (measured: 9-16 on a quiet machine, hundreds under load).
+# A handful separates the two without depending on how fast this machine counts.
+LOOP_RAN = 3
+
+
 @pytest.fixture(autouse=True)
 def tokenizer_loaded() -> None:
     assert count_tokens("loaded").method == "o200k"
@@ -54,7 +60,7 @@ async def test_for_model_of_a_large_result_lets_the_loop_run_and_counts_exactly(
     view, beats = await with_heartbeat(lambda: refs.for_model(BIG, server="s", tool="t"))
     assert view.uri is not None
     assert view.tokens == count_tokens(json_bytes(BIG).decode())  # the same count as inline
-    assert beats >= 10, f"the loop ran {beats} times while a {view.size_bytes:,}-byte result was measured"
+    assert beats >= LOOP_RAN, f"the loop ran {beats} times while a {view.size_bytes:,}-byte result was measured"
 
 
 async def test_a_shortened_view_of_a_large_result_lets_the_loop_run_and_is_the_same_view() -> None:
@@ -62,7 +68,7 @@ async def test_a_shortened_view_of_a_large_result_lets_the_loop_run_and_is_the_s
     view, beats = await with_heartbeat(lambda: refs.for_model(BIG, server="s", tool="t"))
     assert view.uri is not None
     assert view.shortened == ["/cells"]
-    assert beats >= 10
+    assert beats >= LOOP_RAN
     inline = shorten(BIG, envelope_of(BIG, view.uri), view.uri, 64 * 1024)
     assert (view.envelope, view.shortened) == inline
 

@@ -192,7 +192,9 @@ end
 -- Every key here may be evicted by Redis (maxmemory); the directory is the index's authority.
 local function check_index()
   if redis.call('EXISTS', D) == 0 then
-    if redis.call('EXISTS', U) == 1 or redis.call('EXISTS', LRU) == 1 then
+    -- Redis deletes a hash left empty, so a namespace emptied by its own removals has no directory either;
+    -- it counts no items and holds no LRU entries, and is no loss.
+    if redis.call('EXISTS', LRU) == 1 or num(redis.call('HGET', U, 'n')) > 0 then
       -- The directory is gone: the rest of the index no longer says anything true. Items still held are
       -- indexed again when next loaded, or by the next `usage`, which the mark below sends looking for them.
       for _, g in ipairs(redis.call('ZRANGE', GROUPS, 0, -1)) do redis.call('DEL', P .. 'g:' .. g, P .. 'c:' .. g) end

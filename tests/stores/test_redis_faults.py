@@ -141,6 +141,22 @@ async def test_items_held_when_the_directory_was_evicted_are_counted_again(redis
         assert await store.usage() == total
 
 
+async def test_a_namespace_emptied_by_its_own_removals_is_no_lost_directory(redis_url: str) -> None:
+    """Redis deletes a hash left empty, so the directory of an emptied namespace is gone without any loss:
+    no later count may take that for an eviction and scan the whole keyspace for items."""
+    namespace = f"empty-{uuid.uuid4().hex[:8]}"
+    prefix = "{" + namespace + "}:"
+    async with RedisStore(redis_url, namespace=namespace) as store:
+        for key in ("a", "b"):
+            await store.save(key, Item({"k": key}, b"body", "g", 1.0))
+        for key in ("a", "b"):
+            await store.remove(key)
+        assert await store.client.exists(prefix + "d") == 0
+        assert await store.usage() == Usage(0, 0)
+        assert await store.usage() == Usage(0, 0)
+        assert await store.client.hget(prefix + "u", "lost") is None
+
+
 async def test_an_evicted_index_key_is_rebuilt_or_dropped(redis_url: str) -> None:
     namespace = f"idx-{uuid.uuid4().hex[:8]}"
     prefix = "{" + namespace + "}:"

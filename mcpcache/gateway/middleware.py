@@ -65,7 +65,7 @@ from mcpcache.server.core import (
     decide_block,
     not_modified_kind,
 )
-from mcpcache.server.fastmcp import readdressed_above_middleware
+from mcpcache.server.fastmcp import read_tool_answer
 from mcpcache.server.policies import CachePolicy
 from mcpcache.stores.base import Store
 
@@ -135,11 +135,10 @@ def current_principal() -> Principal | None:
 
 
 def _read_answer(result: ToolResult) -> Answer | None:
-    if getattr(result, "input_required", None) is not None:
-        return None
-    if readdressed_above_middleware(result.structured_content):
-        return None  # the gateway's FastMCP rewrites its tool references after this layer: sent as it is
-    return Answer(result.content, result.structured_content, result.is_error, result.meta)
+    """The answer to tag, or None for a result sent as it is (a request for input; a Prefab payload, whose
+    tool references the gateway's own FastMCP rewrites after this layer)."""
+    read = read_tool_answer(result)
+    return read if isinstance(read, Answer) else None
 
 
 def _as_call_result(result: ToolResult) -> mt.CallToolResult:

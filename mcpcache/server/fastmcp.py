@@ -39,7 +39,6 @@ answer, never to a guess.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 import logging
@@ -156,7 +155,7 @@ def memos_around(chain: list[Middleware], me: Middleware, tool: str) -> tuple[bo
     return inside, outside
 
 
-def readdressed_above_middleware(structured_content: Any) -> bool:
+def _readdressed_above_middleware(structured_content: Any) -> bool:
     """Whether FastMCP will rewrite this answer's tool references after every middleware has run.
 
     `FastMCP.call_tool` re-addresses a Prefab payload's `toolCall` references to the names of the
@@ -171,10 +170,11 @@ def readdressed_above_middleware(structured_content: Any) -> bool:
 _READDRESSED = "FastMCP re-addresses this answer's tool references after mcpcache runs (Prefab): sent untagged"
 
 
-def _read_answer(result: ToolResult) -> Answer | NotAnAnswer:
+def read_tool_answer(result: ToolResult) -> Answer | NotAnAnswer:
+    """What mcpcache may tag in a FastMCP tool result, or why it must be sent as it is."""
     if getattr(result, "input_required", None) is not None:
         return NotAnAnswer("not a tool answer (input required)")
-    if readdressed_above_middleware(result.structured_content):
+    if _readdressed_above_middleware(result.structured_content):
         return NotAnAnswer(_READDRESSED)
     return Answer(
         content=result.content,
@@ -321,7 +321,7 @@ def _raw_tagged_result(tool: FunctionTool, raw_value: Any) -> ToolResult:
     tagging = handoff.tagging
     if isinstance(raw_value, ToolResult):
         # Built by the tool itself: nothing is left to convert; its tag is the answer's (its _meta in).
-        if readdressed_above_middleware(raw_value.structured_content):
+        if _readdressed_above_middleware(raw_value.structured_content):
             tagging.reason = _READDRESSED
             return raw_value
         try:
@@ -336,7 +336,7 @@ def _raw_tagged_result(tool: FunctionTool, raw_value: Any) -> ToolResult:
         if domain is None or not applies:
             tagging.reason = "the conversion of this return value cannot be named; the answer is hashed"
             return FunctionTool.convert_result(tool, raw_value)
-        if readdressed_above_middleware(structured):
+        if _readdressed_above_middleware(structured):
             tagging.reason = _READDRESSED
             return FunctionTool.convert_result(tool, raw_value)
         if tagging.requested is None:
@@ -377,23 +377,20 @@ def _converted_then_tagged(tool: FunctionTool, tagging: BelowTagging, domain: by
     text = None
     if type(raw_value) is dict and _annotation_name(tool.return_type) in _SERIALISED_AS_ANY:
         text = _value_json_text(result, wrapped=bool((tool.output_schema or {}).get(_WRAP_KEY)))
-    tag: str | None = None
-    size = 0
-    if text is not None and not text.isascii():
-        # An ASCII str encodes as a copy; any other goes through CPython's per-character UTF-8 encoder,
-        # slower (7.7 ms at 5 MB) than orjson's walk and serialisation of an exact value (about 6 ms).
-        with contextlib.suppress(CanonicalizationError):
+    if text is not None and text.isascii():
+        data = text.encode()  # an ASCII str encodes as a copy
+        tag, size = raw_json_tag(domain, data), len(data)
+    else:
+        # Any other text goes through CPython's per-character UTF-8 encoder, slower (7.7 ms at 5 MB) than
+        # orjson's walk and serialisation of an exact value (about 6 ms); the text only when it is not exact.
+        try:
             tag, size = raw_tag_sized(domain, raw_value)
-    if tag is None:
-        if text is not None:
-            data = text.encode()
-            tag, size = raw_json_tag(domain, data), len(data)
-        else:
-            try:
-                tag, size = raw_tag_sized(domain, raw_value)
-            except CanonicalizationError as exc:
+        except CanonicalizationError as exc:
+            if text is None:
                 tagging.reason = f"the return value has no exact JSON form ({exc}); the answer is hashed"
                 return result
+            data = text.encode()
+            tag, size = raw_json_tag(domain, data), len(data)
     reply = tagging.decide(tag, result.structured_content, size=size)
     if reply is not None:
         return ToolResult(content=[], structured_content=reply.structured_content, meta=reply.meta)
@@ -401,12 +398,8 @@ def _converted_then_tagged(tool: FunctionTool, tagging: BelowTagging, domain: by
 
 
 def _value_json_text(result: ToolResult, *, wrapped: bool) -> str | None:
-    """The text block of FastMCP's conversion when it is the JSON of the structured value, else None.
-
-    FastMCP writes a dict or list value as its JSON; a string it writes as itself (so "1" and 1 would
-    share a text), and None as no block at all: those, and anything a tool could have built, are left
-    to the raw value's own JSON.
-    """
+    """The text block of FastMCP's conversion of a returned dict when it is the JSON of the structured
+    object, else None (a block or `_meta` of another shape: the raw value's own JSON is used)."""
     structured = result.structured_content
     if result.is_error or type(structured) is not dict or len(result.content) != 1:
         return None
@@ -418,7 +411,7 @@ def _value_json_text(result: ToolResult, *, wrapped: bool) -> str | None:
     value = structured.get("result") if wrapped else structured
     if wrapped and len(structured) != 1:
         return None
-    return block.text if type(value) is dict or type(value) is list else None
+    return block.text if type(value) is dict else None
 
 
 @functools.cache
@@ -837,7 +830,7 @@ class RevalidationMiddleware(Middleware):
         def read_answer(result: ToolResult) -> Answer | NotAnAnswer:
             if claim.inner_result is not None and claim.inner_result is result:
                 return NotAnAnswer("answered by the mcpcache middleware of the mounted server that defines the tool")
-            return _read_answer(result)
+            return read_tool_answer(result)
 
         outcome = await self.revalidator.call(
             tool=name,

@@ -12,19 +12,11 @@ Without jupyter-mcp-server the module is skipped locally and fails under CI=true
 
 from __future__ import annotations
 
-import os
-
 import pytest
+from support.jupyter import JupyterStack, require_jupyter_mcp_server
 
-INSTALL = "pip install jupyter-mcp-server==2.2.4"
-try:
-    pytest.importorskip("jupyter_mcp_server", reason=f"jupyter-mcp-server is not installed ({INSTALL})")
-except pytest.skip.Exception:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"jupyter-mcp-server is not installed ({INSTALL}); CI must run the interop tests", pytrace=False)
-    raise
+require_jupyter_mcp_server()
 
-from support.jupyter import JupyterStack  # noqa: E402
 
 from mcpcache.check.probe import CheckOptions, Target, check_server  # noqa: E402
 from mcpcache.check.selection import ToolCall  # noqa: E402

@@ -18,19 +18,13 @@ skipped locally and fails under CI=true, where a silent skip would hide that int
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from support.jupyter import JupyterStack, require_jupyter_mcp_server
 
-INSTALL = "pip install jupyter-mcp-server==2.2.4"
-try:
-    pytest.importorskip("jupyter_mcp_server", reason=f"jupyter-mcp-server is not installed ({INSTALL})")
-except pytest.skip.Exception:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"jupyter-mcp-server is not installed ({INSTALL}); CI must run the interop tests", pytrace=False)
-    raise
+require_jupyter_mcp_server()
 
 import mcp_types as mt  # noqa: E402
 from jupyter_mcp_server import results as jresults  # noqa: E402
@@ -38,7 +32,6 @@ from jupyter_mcp_server import revalidation as jreval  # noqa: E402
 from mcp.server.mcpserver import MCPServer  # noqa: E402
 from servers.catalog import SERVER_KINDS, ServerKind, build  # noqa: E402
 from support.calls import call_raw, call_stock  # noqa: E402
-from support.jupyter import JupyterStack  # noqa: E402
 from support.transports import ERAS, MODERN, Era, ServerTarget, stock_client  # noqa: E402
 
 from mcpcache.client import ToolCache  # noqa: E402

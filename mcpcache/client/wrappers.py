@@ -31,9 +31,11 @@ from mcp import Client as MCPClient
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import get_default_environment
 from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
 
 from mcpcache.client.cache import CallOutcome, ToolCache
 from mcpcache.policy import CacheMode
+from mcpcache.protocol import requested_etag
 
 logger = logging.getLogger("mcpcache.client")
 
@@ -158,6 +160,14 @@ class _SessionConnection:
             if exc.code == mt.HEADER_MISMATCH:
                 return None
             raise
+        except ValidationError:
+            if requested_etag(meta, self._view.cache.meta_key) is None:
+                raise
+            # A reply to a conditional request that the session cannot parse at its version (a not-modified
+            # stub whose structuredContent is not an object, on 2025-11-25) is no answer: the call is asked
+            # again through the client's own path, without the tag, and meets exactly the client's checks.
+            logger.info("tool %r: the reply to a conditional call does not parse; asking again without a tag", name)
+            return None
         if isinstance(answer, mt.CallToolResult):
             return answer
         # Not a plain tool answer (the server asks for input, or an extension claims the result): the

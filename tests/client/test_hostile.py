@@ -348,3 +348,52 @@ async def test_a_full_answer_to_a_conditional_call_is_validated_like_any_answer(
     # What failed validation was not stored in place of the entry.
     assert after.outcome.status == "revalidated"
     assert plain(after.result) == stored
+
+
+# -- not-modified stubs of every JSON shape ---------------------------------------------------------
+
+STUB_SHAPES: dict[str, Any] = {"a list": ["doc"], "a string": "doc", "a number": 7, "null": None}
+"""`structuredContent` on a not-modified reply as a careless or hostile server may send it. On 2025-11-25 a
+tool result's structuredContent must be an object, so a client of that era cannot even parse such a reply."""
+
+
+def stub_of(shape: Any) -> Rewrite:
+    def rewrite(result: dict[str, Any], meta: dict[str, Any] | None) -> dict[str, Any]:
+        if not sent_tag(meta):
+            return result
+        reply = not_modified(result, etag=result["_meta"][META_KEY]["etag"])
+        if shape is None:
+            del reply["structuredContent"]
+        else:
+            reply["structuredContent"] = shape
+        return reply
+
+    return rewrite
+
+
+@pytest.mark.parametrize("era", ERAS)
+@pytest.mark.parametrize("view_kind", VIEW_KINDS)
+@pytest.mark.parametrize("shape", list(STUB_SHAPES))
+async def test_a_not_modified_stub_of_any_shape_serves_the_stored_answer_or_asks_again(
+    shape: str, view_kind: ViewKind, era: Era, clock: FakeClock, cache: ToolCache
+) -> None:
+    lab = Lab()
+    async with connect(view_kind, ServerTarget.memory(build_lab("sdk", lab)), era, cache) as conn:
+        honest = await stored_then_stale(conn, lab, clock)
+        lab.rewrite = stub_of(STUB_SHAPES[shape])
+        lab.seen_meta.clear()
+        call = await conn.call("read", KEY)
+        tagged = [sent_tag(meta) for meta in lab.seen_meta]
+
+    # The reply names the tag the cache sent, so the stored copy is current: served as revalidated where
+    # the client can read the reply; where it cannot (a 2025-11-25 session cannot parse a non-object
+    # structuredContent), the call is asked again without a tag and the whole answer comes back. Never
+    # an exception, never the stub.
+    assert_full_answer(call.result)
+    assert not call.result.is_error
+    assert plain(call.result)["structuredContent"] == honest["structuredContent"]
+    if call.outcome.status == "revalidated":
+        assert tagged == [True]
+    else:
+        assert tagged == [True, False]
+        assert (call.outcome.status, call.outcome.stored) == ("miss", True)

@@ -399,6 +399,7 @@ def gateway(
         raise typer.Exit(2) from None
 
     from mcpcache.bench.common import free_port
+    from mcpcache.client.identity import shown_url
     from mcpcache.gateway.app import build_gateway, open_store
 
     serve = settings.gateway
@@ -414,7 +415,10 @@ def gateway(
         for up in settings.upstreams.values()
         for name, t in up.tools.items()
     ]
-    where = "; ".join(f"{name}: {up.url or ' '.join(up.command or [])}" for name, up in settings.upstreams.items())
+    where = "; ".join(
+        f"{name}: {shown_url(up.url) if up.url else ' '.join(up.command or [])}"
+        for name, up in settings.upstreams.items()
+    )
     store_text = "none (tags and not-modified only)"
     if settings.store is not None:
         store_text = settings.store.redis or settings.store.sqlite or "memory (this process only)"
@@ -620,7 +624,8 @@ def proxy(
         typer.Option(
             "--partition",
             metavar="NAME",
-            help="Whose answers these are (default: one per set of --header values, else shared).",
+            help="Whose answers these are (default: a digest of the credentials: the URL's userinfo and --header "
+            "values, or a stdio upstream's environment).",
         ),
     ] = None,
     conversation: Annotated[
@@ -691,7 +696,7 @@ def proxy(
         settings = ProxySettings(
             upstream=upstream,
             store=store_choice(store, redis),
-            partition=partition if partition is not None else default_partition(upstream),
+            partition=partition if partition is not None else default_partition(upstream, os.environ),
             refs=RefsSettings(conversation or new_conversation_id(), view_bytes, view_bytes) if refs else None,
             server_id=server_id,
             trusted=trust_annotations,

@@ -16,14 +16,8 @@ from fastmcp.client.transports import FastMCPTransport, SSETransport, StdioTrans
 from mcp import ClientSession
 
 from mcpcache.client.cache import ToolCache
-from mcpcache.client.wrappers import (
-    CachedCall,
-    _CachedView,
-    connection_server_id,
-    request_options,
-    stdio_server_id,
-    url_server_id,
-)
+from mcpcache.client.identity import connection_server_id, stdio_server_id, url_server_id
+from mcpcache.client.wrappers import CachedCall, _CachedView, request_options
 from mcpcache.policy import CacheMode
 
 

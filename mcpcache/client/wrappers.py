@@ -15,25 +15,21 @@ sees exactly the checks it would have without the cache.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import secrets
 import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import mcp_types as mt
 from mcp import Client as MCPClient
 from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import get_default_environment
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from mcpcache.client.cache import CallOutcome, ToolCache
+from mcpcache.client.identity import connection_server_id, stdio_server_id, url_server_id
 from mcpcache.policy import CacheMode
 from mcpcache.protocol import requested_etag
 
@@ -65,54 +61,6 @@ def request_options(read_timeout_seconds: float | None, progress_callback: Any) 
     if progress_callback is not None:
         options["progress_callback"] = progress_callback
     return options
-
-
-def _strip_userinfo(url: str) -> str:
-    # Credentials in a URL identify a principal, not a server; they never go into a stored key.
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, parts.query, ""))
-
-
-def url_server_id(url: str) -> str:
-    """The identity of an HTTP server: its URL without credentials."""
-    return "url:" + _strip_userinfo(url)
-
-
-def stdio_server_id(command: str, args: Sequence[str], cwd: object, env: Mapping[str, str] | None) -> str:
-    """The identity of a stdio server: its command, arguments, working directory and environment.
-
-    The environment is where such servers take their URL and credentials, so it is part of the identity;
-    it is hashed, never kept in clear. With no environment given the SDK passes the server a default one,
-    which is what is hashed then.
-    """
-    if env is None:
-        env = get_default_environment()
-    env_digest = hashlib.sha256(json.dumps(sorted(env.items())).encode()).hexdigest()
-    return "stdio:" + json.dumps([command, list(args), str(cwd or ""), env_digest])
-
-
-_connection_ids: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
-_warned_unnamed = False
-
-
-def connection_server_id(connection: object, what: str) -> str:
-    """An identity that names one connection only (or one in-process server object): two servers that
-    report the same name and version must never be one server for that reason alone."""
-    global _warned_unnamed
-    token = _connection_ids.get(connection)
-    if token is None:
-        token = _connection_ids[connection] = secrets.token_hex(8)
-        if not _warned_unnamed:
-            _warned_unnamed = True
-            logger.info(
-                "mcpcache: the server behind this %s has no endpoint to name, so its cached answers are not shared "
-                "beyond this connection; pass wrap(..., server_id='...') to share them across connections",
-                what,
-            )
-    return f"connection:{token}"
 
 
 def _session_default_timeout(session: ClientSession) -> float | None:

@@ -9,7 +9,6 @@ configuration declares.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -17,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-import orjson
 from fastmcp import Client, FastMCP
 from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
 from fastmcp.server.auth import TokenVerifier
@@ -25,7 +23,7 @@ from fastmcp.server.dependencies import get_context
 from fastmcp.server.providers.proxy import ProxyClient, ProxyProvider
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from mcpcache.client.wrappers import stdio_server_id, url_server_id
+from mcpcache.client.identity import stdio_server_id, url_server_id_as
 from mcpcache.gateway.config import (
     DEFAULT_DECODED_BYTES,
     DEFAULT_PARTITIONS,
@@ -80,10 +78,11 @@ def _front_era_mode() -> str | None:
 def upstream_of(name: str, settings: UpstreamSettings, environ: Mapping[str, str]) -> Upstream:
     """The upstream's client factory and identity.
 
-    Identity (the server part of every store key): for a URL, the URL without credentials; for a command,
-    the command, its arguments, working directory and environment (hashed). The headers the gateway sends
-    upstream (its own credentials, say) are hashed in too: answers fetched as one principal are never
-    served as another's. Forwarding callers' headers is a different upstream again.
+    Identity (the server part of every store key): for a URL, the URL without credentials plus a digest of
+    the credentials the gateway sends upstream (the URL's userinfo, which httpx sends as basic auth, and the
+    configured headers), so answers fetched as one principal are never served as another's; for a command,
+    the command, its arguments, working directory and environment (hashed). Forwarding callers' headers is
+    a different upstream again.
 
     HTTP: a new upstream session per call, in the caller's era (FastMCP's proxy default; caller headers
     are forwarded only when configured). stdio: one long-lived process and session (`keep_alive`), which
@@ -91,10 +90,7 @@ def upstream_of(name: str, settings: UpstreamSettings, environ: Mapping[str, str
     """
     if settings.url is not None:
         headers = _headers(settings, environ)
-        server_id = url_server_id(settings.url)
-        if headers:
-            digest = hashlib.sha256(orjson.dumps(sorted((k.lower(), v) for k, v in headers.items()))).hexdigest()
-            server_id += f"|headers:{digest}"
+        server_id = url_server_id_as(settings.url, headers)
         if settings.forward_headers:
             server_id += "|forwarded-caller-headers"
         # No bound on one server-sent event: a multi-megabyte answer is one event. One TLS context for every

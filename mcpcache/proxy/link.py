@@ -23,7 +23,7 @@ from fastmcp.client.transports import ClientTransport, StdioTransport, Streamabl
 from fastmcp.server.providers.proxy import ProxyClient
 
 from mcpcache.client.cache import ToolCache
-from mcpcache.client.wrappers import stdio_server_id, url_server_id
+from mcpcache.client.identity import stdio_server_id, url_server_id
 from mcpcache.proxy.settings import HttpUpstream, ProxySettings, StdioUpstream, Upstream
 
 logger = logging.getLogger("mcpcache.proxy")

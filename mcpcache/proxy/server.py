@@ -16,6 +16,7 @@ from typing import Any
 from fastmcp.server.providers.proxy import FastMCPProxy
 
 from mcpcache.client.cache import ToolCache
+from mcpcache.client.identity import shown_url
 from mcpcache.paths import default_store
 from mcpcache.proxy.calls import CachingMiddleware
 from mcpcache.proxy.link import UpstreamLink
@@ -74,7 +75,7 @@ def build_proxy(link: UpstreamLink, references: References | None) -> FastMCPPro
 def _describe(settings: ProxySettings) -> str:
     upstream = settings.upstream
     if isinstance(upstream, HttpUpstream):
-        return upstream.url
+        return shown_url(upstream.url)  # a log line never shows the URL's credentials
     return shlex.join([upstream.command, *upstream.args])
 
 

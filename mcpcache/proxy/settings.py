@@ -7,8 +7,6 @@ socket; `mcpcache.proxy.link` and `mcpcache.proxy.server` do the I/O they descri
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 import secrets
 from collections.abc import Mapping, Sequence
@@ -19,6 +17,7 @@ from urllib.parse import urlsplit
 
 import mcp_types as mt
 
+from mcpcache.client.identity import credentials_digest, environment_digest
 from mcpcache.protocol import META_KEY
 
 UpstreamEra = Literal["legacy", "auto"]
@@ -133,17 +132,21 @@ def store_choice(sqlite_path: Path | None, redis_url: str | None) -> StoreChoice
     return StoreChoice(sqlite_path, redis_url)
 
 
-def default_partition(upstream: Upstream) -> str:
-    """The authorization partition when the user names none.
+def default_partition(upstream: Upstream, environ: Mapping[str, str]) -> str:
+    """The authorization partition when the user names none: a digest of everything that names who asks.
 
-    Headers given to an HTTP upstream are its credentials, so answers fetched with them are kept apart from
-    answers fetched with any other: two users (or two tokens) sharing one store never see each other's
-    private answers. The partition is a digest: the store never holds a credential in clear.
+    For an HTTP upstream, the credentials the proxy sends: the URL's userinfo (httpx sends it as basic
+    auth) and the `--header` values; none, and the partition is shared (""). For a stdio upstream, the
+    environment the proxy hands it (`environ`), which is where such servers take their tokens. Two users (or
+    two tokens) sharing one store never see each other's private answers, `--server-id` or not. The store
+    never holds a credential in clear, only this digest.
     """
-    if isinstance(upstream, HttpUpstream) and upstream.headers:
-        canonical = json.dumps(sorted((name.lower(), value) for name, value in upstream.headers))
-        return "headers:" + hashlib.sha256(canonical.encode()).hexdigest()[:32]
-    return ""
+    match upstream:
+        case HttpUpstream():
+            digest = credentials_digest(upstream.url, upstream.header_dict())
+            return "" if digest is None else "credentials:" + digest[:32]
+        case StdioUpstream():
+            return "environment:" + environment_digest(environ)[:32]
 
 
 def new_conversation_id() -> str:

@@ -29,7 +29,8 @@ from servers.twins import DATA_ENV, DATA_FILE, build_twins
 from servers.twins import SCRIPT as TWINS_SCRIPT
 
 from mcpcache.client import ToolCache
-from mcpcache.client import wrappers as client_wrappers
+from mcpcache.client import identity as client_identity
+from mcpcache.client.identity import shown_url, url_server_id, url_server_id_as
 from mcpcache.stores import SQLiteStore
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -172,7 +173,7 @@ async def test_a_bare_session_is_its_own_server_unless_named(
     cache: ToolCache, twin_urls: dict[str, str], caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The advice is given once per process; start this test as a fresh process would.
-    monkeypatch.setattr(client_wrappers, "_warned_unnamed", False)
+    monkeypatch.setattr(client_identity, "_warned_unnamed", False)
     caplog.set_level(logging.INFO, logger="mcpcache.client")
     url = twin_urls["A"]
     async with connected(http_client("mcp", url), http_client("mcp", url)) as (one, two):
@@ -202,3 +203,20 @@ async def test_two_in_process_servers_with_one_name_are_two_servers(cache: ToolC
         assert await whoami(cache.wrap(fast_a_again)) == ("A", "fresh_hit")
         # The SDK client's in-memory transport to B is never taken for A.
         assert (await whoami(cache.wrap(sdk_b)))[0] == "B"
+
+
+def test_credentials_are_kept_as_a_digest_and_never_shown() -> None:
+    url = "http://alice:pw-1@[::1]:8000/mcp?token=t-1"
+    assert url_server_id(url) == "url:http://[::1]:8000/mcp?token=t-1"
+    assert url_server_id(url) == url_server_id("http://bob:pw-2@[::1]:8000/mcp?token=t-1")
+    as_alice = url_server_id_as(url)
+    assert as_alice != url_server_id_as("http://bob:pw-2@[::1]:8000/mcp?token=t-1")
+    assert as_alice.startswith(url_server_id(url) + "|credentials:")
+    assert "pw-1" not in as_alice
+    with_header = url_server_id_as("http://h/mcp", {"Authorization": "Bearer a"})
+    assert with_header == url_server_id_as("http://h/mcp", {"authorization": "Bearer a"})
+    assert with_header != url_server_id_as("http://h/mcp", {"Authorization": "Bearer b"})
+    assert url_server_id_as("http://h/mcp") == url_server_id("http://h/mcp")
+    # What a log line shows: no userinfo, no query.
+    assert shown_url(url) == "http://[::1]:8000/mcp?…"
+    assert shown_url("https://h/mcp") == "https://h/mcp"

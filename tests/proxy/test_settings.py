@@ -73,15 +73,25 @@ def test_one_store_at_most() -> None:
 
 
 def test_answers_fetched_with_different_credentials_live_in_different_partitions() -> None:
+    env = {"PATH": "/bin"}
     alice = HttpUpstream("https://h/mcp", (("Authorization", "Bearer alice"),))
     bob = HttpUpstream("https://h/mcp", (("Authorization", "Bearer bob"),))
-    assert default_partition(alice) != default_partition(bob)
-    assert default_partition(alice) == default_partition(
-        HttpUpstream("https://h/mcp", (("authorization", "Bearer alice"),))
+    assert default_partition(alice, env) != default_partition(bob, env)
+    assert default_partition(alice, env) == default_partition(
+        HttpUpstream("https://h/mcp", (("authorization", "Bearer alice"),)), env
     )
-    assert "alice" not in default_partition(alice)  # a digest, never the credential
-    assert default_partition(HttpUpstream("https://h/mcp")) == ""
-    assert default_partition(StdioUpstream("x", ())) == ""
+    assert "alice" not in default_partition(alice, env)  # a digest, never the credential
+    assert default_partition(HttpUpstream("https://h/mcp"), env) == ""
+    # The URL's userinfo is a credential too: httpx sends it as basic auth.
+    in_url = [default_partition(HttpUpstream(f"https://{who}@h/mcp"), env) for who in ("alice:pw-a", "bob:pw-b")]
+    assert in_url[0] != in_url[1]
+    assert "" not in in_url
+    assert all("pw-" not in partition for partition in in_url)
+    # A stdio server takes its tokens from its environment.
+    stdio = StdioUpstream("x", ())
+    assert default_partition(stdio, {"TOKEN": "a"}) != default_partition(stdio, {"TOKEN": "b"})
+    assert default_partition(stdio, {"TOKEN": "a"}) == default_partition(stdio, {"TOKEN": "a"})
+    assert "a" not in default_partition(stdio, {"TOKEN": "a"}).partition(":")[0]
 
 
 def test_the_host_meta_goes_upstream_without_its_connection_progress_and_cache_keys() -> None:

@@ -5,6 +5,9 @@
   test can check that exactly the rows arrived after a reference was resolved.
 - `counted(key)`: cacheable for 60 s; every run of its body is counted, and `runs(key)` (no cache block)
   tells how many there were: the count of calls that reached this server.
+- `whoami()`: who asked, as the server tells (an HTTP request's basic-auth user or a digest of its bearer
+  token, else the `WHO` variable of the server's environment), private and cacheable for 60 s;
+  `whoami_runs()` counts its body runs.
 - `steps(n)`: reports n progress steps and logs a line before answering.
 - `nap(seconds)`: sleeps; `naps()` says how many naps started and how many were cancelled.
 - `ask_color()`: asks the host for a colour (an elicitation request, protocol 2025-11-25) and answers what it
@@ -17,6 +20,9 @@ process, for comparing what a host sees through the proxy with what it sees dire
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -25,6 +31,7 @@ from typing import Any
 import anyio
 import mcp_types as mt
 from fastmcp import Context, FastMCP
+from fastmcp.server.dependencies import get_http_headers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -66,6 +73,16 @@ def build() -> FastMCP:
     def runs_of(key: str) -> int:
         """How many times `counted(key)` (or `summarize`, for key "summarize") ran."""
         return runs[key]
+
+    @server.tool(annotations=read_only)
+    def whoami() -> dict[str, Any]:
+        """Who the server thinks is asking."""
+        runs["whoami"] += 1
+        return {"kind": "who", "user": _asker()}
+
+    @server.tool(annotations=read_only)
+    def whoami_runs() -> int:
+        return runs["whoami"]
 
     @server.tool
     async def steps(n: int, ctx: Context) -> str:
@@ -120,9 +137,25 @@ def build() -> FastMCP:
 
     install(
         server,
-        ToolPolicies({"rows": CachePolicy(ttl_ms=60_000), "counted": CachePolicy(ttl_ms=60_000, kind="counted")}),
+        ToolPolicies(
+            {
+                "rows": CachePolicy(ttl_ms=60_000),
+                "counted": CachePolicy(ttl_ms=60_000, kind="counted"),
+                "whoami": CachePolicy(ttl_ms=60_000, kind="who"),
+            }
+        ),
     )
     return server
+
+
+def _asker() -> str:
+    authorization = get_http_headers(include={"authorization"}).get("authorization", "")
+    scheme, _, credentials = authorization.partition(" ")
+    if scheme.lower() == "basic":
+        return base64.b64decode(credentials).decode().partition(":")[0]
+    if scheme.lower() == "bearer":
+        return "bearer:" + hashlib.sha256(credentials.encode()).hexdigest()[:8]  # never the token in an answer
+    return os.environ.get("WHO", "nobody")
 
 
 def main(argv: list[str]) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, assert_never
 
 import mcp_types as mt
@@ -36,7 +37,7 @@ from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.tools.base import RawStructuredToolResult, ToolResult
 
 from mcpcache.client.cache import ToolCache
-from mcpcache.etag import CanonicalizationError, content_tag
+from mcpcache.etag import CanonicalizationError, content_tag, weak_equal
 from mcpcache.gateway.decisions import (
     AskAgainWithoutTag,
     Direct,
@@ -54,7 +55,7 @@ from mcpcache.gateway.decisions import (
     read_upstream,
 )
 from mcpcache.policy import reply_block
-from mcpcache.protocol import META_KEY, NotModifiedReply, requested_etag, with_block
+from mcpcache.protocol import META_KEY, NotModifiedReply, conditional_request_meta, requested_etag, with_block
 from mcpcache.server.core import (
     AfterBody,
     Answer,
@@ -187,6 +188,50 @@ class _NotAToolAnswer(Exception):
         self.result = result
 
 
+class _CallersCopyConfirmed(Exception):
+    """The store held nothing to revalidate with, so the caller's own tag went upstream, and the upstream
+    confirmed it: the caller's copy is current, and there is no answer to keep. Raised out of the partition's
+    cache (which cannot keep a confirmation of a copy it does not hold) to the call it belongs to."""
+
+    def __init__(self, reply: ToolResult, tag: str) -> None:
+        super().__init__("the caller's copy is current")
+        self.reply = reply
+        self.tag = tag
+
+
+# What the upstream leg brought back ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Whole:
+    """The upstream's whole answer, the policy it is stamped under and its tag (None: it goes untagged).
+    A full answer received is always what is served and kept: a tag never stands in for a body in hand."""
+
+    result: ToolResult
+    answer: Answer
+    policy: CachePolicy
+    tag: str | None
+
+
+@dataclass(frozen=True)
+class _Confirmed:
+    """The upstream itself answered not-modified to the tag sent with the call (`reply`, stamped)."""
+
+    reply: ToolResult
+    tag: str
+
+
+@dataclass(frozen=True)
+class _Relayed:
+    """Nothing to stamp (a request for input, a payload the gateway's FastMCP rewrites, an upstream that
+    answers not-modified to an unconditional call): goes to the caller as it is."""
+
+    result: ToolResult
+
+
+_Fetched = _Whole | _Confirmed | _Relayed
+
+
 class _Leg:
     """One caller's call of one declared tool, and the upstream call(s) it makes."""
 
@@ -210,23 +255,23 @@ class _Leg:
             return await self.call_next(self.context)
         meta = {key: value for key, value in (self.front.meta or {}).items() if key != self.meta_key}
         if tag is not None:
-            meta[self.meta_key] = {"etag": tag}
+            meta.update(conditional_request_meta(tag, self.meta_key))
         bound = fastmcp_request_ctx.set(dataclasses.replace(self.front, meta=meta or None))
         try:
             return await self.call_next(self.context)
         finally:
             fastmcp_request_ctx.reset(bound)
 
-    async def answer(self, requested: str | None) -> ToolResult:
-        """The upstream's answer stamped for a caller holding `requested`: stamped, or a not-modified reply."""
+    async def fetch(self, forwarded: str | None) -> _Fetched:
+        """The upstream's answer to the call sent with `forwarded` (a tag of the caller's or the store's, or
+        None): whole, a confirmation of `forwarded`, or something to relay."""
         settings = self.route.settings
         name = self.route.public_name
-        forwarded = forwarded_tag(settings, requested)
         while True:
             result = await self.upstream(forwarded)
             answer = _read_answer(result)
             if answer is None:
-                return result  # a request for input goes back to the caller as it came
+                return _Relayed(result)  # a request for input goes back to the caller as it came
             reading = read_upstream(
                 settings, reply_block(result.meta, self.meta_key), forwarded, is_error=answer.is_error
             )
@@ -234,20 +279,40 @@ class _Leg:
             match reading:
                 case AskAgainWithoutTag():
                     if forwarded is None:
-                        return _unanswerable(name)
+                        return _Relayed(_unanswerable(name))
                     forwarded = None
                     continue
                 case UpstreamNotModified(policy=policy, tag=tag):
                     kind = not_modified_kind(name, policy, result.structured_content)
-                    return _not_modified(NotModifiedReply.build(decide_block(policy, tag), kind, self.meta_key))
+                    reply = NotModifiedReply.build(decide_block(policy, tag), kind, self.meta_key)
+                    return _Confirmed(_not_modified(reply), tag)
                 case TagFromUpstream(policy=policy, tag=upstream_tag):
-                    after = decide_after_body(name, policy, requested, upstream_tag, answer, meta_key=self.meta_key)
+                    return _Whole(result, answer, policy, upstream_tag)
                 case TagFromAnswer(policy=policy):
                     own_tag = self._hash(answer) if policy.etag and not answer.is_error else None
-                    after = decide_after_body(name, policy, requested, own_tag, answer, meta_key=self.meta_key)
+                    return _Whole(result, answer, policy, own_tag)
                 case _:
                     assert_never(reading)
-            return self.apply(after, result)
+
+    def for_caller(self, fetched: _Fetched, requested: str | None) -> ToolResult:
+        """What a caller holding `requested` is sent: the whole answer stamped, or a not-modified reply when
+        its tag is the answer's (the upstream's confirmation is one only of the tag that was forwarded)."""
+        match fetched:
+            case _Whole(result=result, answer=answer, policy=policy, tag=tag):
+                name = self.route.public_name
+                return self.apply(
+                    decide_after_body(name, policy, requested, tag, answer, meta_key=self.meta_key), result
+                )
+            case _Confirmed(reply=reply):
+                return reply
+            case _Relayed(result=result):
+                return result
+            case _:
+                assert_never(fetched)
+
+    async def answer(self, requested: str | None) -> ToolResult:
+        """The upstream's answer stamped for a caller holding `requested`: stamped, or a not-modified reply."""
+        return self.for_caller(await self.fetch(forwarded_tag(self.route.settings, requested)), requested)
 
     def _hash(self, answer: Answer) -> str | None:
         try:
@@ -270,16 +335,19 @@ class _Leg:
 
 
 class _UpstreamConnection:
-    """The `Connection` a partition's `ToolCache` calls upstream through: the leg, answering the tag the
-    cache sends (not the caller's) with a stamped answer or a not-modified reply."""
+    """The `Connection` a partition's `ToolCache` calls upstream through: the leg, sent with the cache's tag
+    (or, when the cache holds none, the caller's), answering the cache with the upstream's whole answer
+    stamped, or with the upstream's confirmation of the cache's tag."""
 
     timeout_s: float | None = None
 
-    def __init__(self, leg: _Leg, era: str, private_stays_out: bool, meta_key: str) -> None:
+    def __init__(self, leg: _Leg, era: str, private_stays_out: bool, requested: str | None, meta_key: str) -> None:
         self.leg = leg
         self.server_id = leg.route.server_id
         self.era = era
         self.private_stays_out = private_stays_out
+        self.requested = requested
+        """The tag the caller holds (None: none), sent upstream when the cache has none of its own."""
         self.meta_key = meta_key
         self.used = False
         self.withheld: mt.CallToolResult | None = None
@@ -290,13 +358,24 @@ class _UpstreamConnection:
         self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None, timeout_s: float | None
     ) -> mt.CallToolResult | None:
         self.used = True
-        result = await self.leg.answer(requested_etag(meta, self.meta_key))
-        if _read_answer(result) is None:
-            self._other = result
-            return None
-        answer = _as_call_result(result)
+        settings = self.leg.route.settings
+        cached = requested_etag(meta, self.meta_key)
+        fetched = await self.leg.fetch(forwarded_tag(settings, cached or self.requested))
+        match fetched:
+            case _Relayed(result=result):
+                self._other = result
+                return None
+            case _Confirmed(reply=reply, tag=tag):
+                if cached is None:
+                    raise _CallersCopyConfirmed(reply, tag)
+                return _as_call_result(reply)  # the cache matches it against the tag it sent
+            case _Whole():
+                # Stamped as for a caller holding nothing: the cache keeps and serves what was received.
+                answer = _as_call_result(self.leg.for_caller(fetched, None))
+            case _:
+                assert_never(fetched)
         block = reply_block(answer.meta, self.meta_key)
-        if self.private_stays_out and block is not None and block.cache_scope == "private" and not block.not_modified:
+        if self.private_stays_out and block is not None and block.cache_scope == "private":
             # The cache keeps only answers with a block; without it, this one is handed back and not kept.
             self.withheld = answer
             rest = {key: value for key, value in (answer.meta or {}).items() if key != self.meta_key}
@@ -360,11 +439,16 @@ class GatewayMiddleware(Middleware):
     ) -> ToolResult:
         assert self.caches is not None
         route = leg.route
-        conn = _UpstreamConnection(leg, era, private_stays_out, self.meta_key)
+        conn = _UpstreamConnection(leg, era, private_stays_out, requested, self.meta_key)
         try:
             result, outcome = await self.caches.get(partition).execute(conn, route.tool, leg.context.message.arguments)
         except _NotAToolAnswer as other:
             return other.result
+        except _CallersCopyConfirmed as confirmed:
+            # Raised to every caller that shared the call in flight: a confirmation only of its own copy.
+            if requested is not None and weak_equal(requested, confirmed.tag):
+                return confirmed.reply
+            return await leg.answer(requested)
         logger.debug("tool %r: store: %s (%s)", route.public_name, outcome.status, outcome.reason)
         if conn.withheld is not None:
             result = conn.withheld

@@ -110,9 +110,7 @@ async def served_here(server: fastmcp.FastMCP[Any]) -> AsyncIterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def gateway_with(
-    store: Store, upstream: str, tools: str, *, auth: bool = True
-) -> AsyncIterator[tuple[str, Any]]:
+async def gateway_with(store: Store, upstream: str, tools: str, *, auth: bool = True) -> AsyncIterator[tuple[str, Any]]:
     """The gateway over HTTP, in front of `upstream` through a counting relay; yields its URL and traffic."""
     with port_of(upstream) as port:
         async with counting_relay(port) as (relay_port, traffic):

@@ -285,7 +285,7 @@ async def test_typed_dicts_the_schema_cannot_name_fall_back(state: dict[str, Any
 
 
 def test_a_typed_dicts_name_is_its_schema() -> None:
-    from mcpcache.server.fastmcp import _annotation_name, _typed_dict_name
+    from mcpcache.server.fastmcp.raw_tags import _annotation_name, _typed_dict_name
 
     class Wider(TypedDict, total=False):
         kind: Required[str]

@@ -8,7 +8,7 @@
 - `client_ttl_ms`: the freshness handed to a caller for an answer served from the store (what is left
   of the entry's, not the whole ttl again).
 
-The answers themselves (stamp, or not-modified) are `mcpcache.server.core.decide_after_body`, the same
+The answers themselves (stamp, or not-modified) are `mcpcache.server.decisions.decide_after_body`, the same
 decision a server using mcpcache makes: the gateway is such a server for its callers.
 """
 

@@ -1,6 +1,6 @@
 """The gateway's FastMCP middleware: stamps declared tools' answers, answers not-modified, and serves from
 the shared store. It only translates and does I/O; `mcpcache.gateway.decisions` and
-`mcpcache.server.core` decide.
+`mcpcache.server.decisions` decide.
 
 A declared tool's call goes one of two ways (`decide_store`):
 
@@ -56,7 +56,7 @@ from mcpcache.gateway.decisions import (
 )
 from mcpcache.policy import reply_block
 from mcpcache.protocol import META_KEY, NotModifiedReply, conditional_request_meta, requested_etag, with_block
-from mcpcache.server.core import (
+from mcpcache.server.decisions import (
     AfterBody,
     Answer,
     AnswerNotModified,

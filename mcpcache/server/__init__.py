@@ -11,8 +11,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from mcpcache.server.core import Revalidator, ServerStats
 from mcpcache.server.policies import CachePolicy, DeclarationError, ToolPolicies, cache_meta
+from mcpcache.server.revalidator import Revalidator, ServerStats
 
 if TYPE_CHECKING:
     from mcpcache.server.fastmcp import RevalidationMiddleware, install

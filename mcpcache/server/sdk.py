@@ -13,6 +13,7 @@ declarations are by name only, and `tools/list` is not annotated (docs/server.md
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, assert_never
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -20,21 +21,58 @@ from mcp.server.extension import Extension
 from mcp_types import CallToolRequestParams, CallToolResult
 
 from mcpcache.protocol import EXTENSION_ID, META_KEY, extension_settings, with_block
-from mcpcache.server.core import Answer, NotAnAnswer, NotModified, PassThrough, Revalidator, ServerStats, Stamped
+from mcpcache.server.decisions import Answer, BelowTagging, NotAnAnswer
 from mcpcache.server.policies import ToolPolicies
+from mcpcache.server.revalidator import NotModified, PassThrough, Revalidator, ServerStats, Stamped
 
 __all__ = ["RevalidationExtension"]
 
 
-def _read_answer(result: HandlerResult) -> Answer | NotAnAnswer:
-    if not isinstance(result, CallToolResult):
-        return NotAnAnswer("not a tool answer (e.g. input required)")
-    return Answer(
-        content=result.content,
-        structured_content=result.structured_content,
-        is_error=result.is_error,
-        meta=result.meta,  # what the tool and MCPServer put there; the tag covers it
-    )
+@dataclass(frozen=True)
+class _SDKCall:
+    """One `tools/call` of a declared tool, as the driver sees it (`mcpcache.server.revalidator.ToolCall`).
+
+    The SDK hands an extension neither the tool's output schema nor a way to tag below the handler, and
+    no response memo sits under it."""
+
+    params: CallToolRequestParams
+    ctx: ServerRequestContext[Any, Any]
+    call_next: CallNext
+    memo_inside: bool = False
+    memo_outside: bool = False
+    tags_below: bool = False
+    policy: None = None
+
+    @property
+    def tool(self) -> str:
+        return self.params.name
+
+    @property
+    def arguments(self) -> dict[str, Any] | None:
+        return self.params.arguments
+
+    @property
+    def request_meta(self) -> object:
+        return self.params.meta
+
+    async def run_body(self) -> HandlerResult:
+        return await self.call_next(self.ctx)
+
+    async def run_body_tagged(self, tagging: BelowTagging) -> HandlerResult:
+        return await self.run_body()
+
+    def read_answer(self, result: HandlerResult) -> Answer | NotAnAnswer:
+        if not isinstance(result, CallToolResult):
+            return NotAnAnswer("not a tool answer (e.g. input required)")
+        return Answer(
+            content=result.content,
+            structured_content=result.structured_content,
+            is_error=result.is_error,
+            meta=result.meta,  # what the tool and MCPServer put there; the tag covers it
+        )
+
+    async def has_structured_output(self) -> bool | None:
+        return None
 
 
 class RevalidationExtension(Extension):
@@ -62,13 +100,7 @@ class RevalidationExtension(Extension):
     ) -> HandlerResult:
         if params.name not in self.revalidator.policies:
             return await call_next(ctx)
-        outcome = await self.revalidator.call(
-            tool=params.name,
-            arguments=params.arguments,
-            request_meta=params.meta,
-            run_body=lambda: call_next(ctx),
-            read_answer=_read_answer,
-        )
+        outcome = await self.revalidator.run(_SDKCall(params, ctx, call_next))
         match outcome:
             case PassThrough(result=result):
                 return result

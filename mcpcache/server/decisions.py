@@ -1,0 +1,246 @@
+"""The server half's decisions, shared by the FastMCP and MCP SDK adapters and the gateway.
+
+Two questions, each answered by a pure function (no I/O, no hashing, no logging) that returns a typed
+decision with a reason a person can read:
+
+- `decide_before_body`: with a validator's tag in hand, may the body be skipped (`SkipBody`) or must it
+  run (`RunBody`)?
+- `decide_after_body`: given what the body answered and the tag of that answer, send it as it is
+  (`SendAsIs`), send it with a cache block (`Stamp`), or answer not-modified (`AnswerNotModified`)?
+
+`BelowTagging` carries the second question down to the layer below an adapter (the tool, before the
+framework converts its return value), which may answer it from a cheaper exact form of the answer.
+`mcpcache.server.revalidator` drives them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from mcpcache.etag import weak_equal
+from mcpcache.protocol import META_KEY, CacheBlock, NotModifiedReply, answer_kind
+from mcpcache.server.policies import CachePolicy
+
+__all__ = [
+    "AfterBody",
+    "Answer",
+    "AnswerNotModified",
+    "BeforeBody",
+    "BelowTagging",
+    "NotAnAnswer",
+    "RunBody",
+    "SendAsIs",
+    "SkipBody",
+    "Stamp",
+    "decide_after_body",
+    "decide_before_body",
+    "decide_block",
+    "needs_content_tag",
+    "not_modified_kind",
+    "validator_matches",
+]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a tool answered, read off the adapter's own result type.
+
+    `meta` is the result's `_meta` as the tool and the framework left it, before any cache block is
+    merged in: the tag covers it (without the block).
+    """
+
+    content: Sequence[BaseModel | Mapping[str, Any]]
+    structured_content: Any
+    is_error: bool
+    meta: Mapping[str, Any] | None = None
+
+
+# Decisions before the body ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunBody:
+    """Run the tool body; the answer decides the rest."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class SkipBody:
+    """The validator's tag matches the request's: send `reply` without running the body."""
+
+    reply: NotModifiedReply
+    reason: str
+
+
+BeforeBody = RunBody | SkipBody
+
+
+def validator_matches(requested: str | None, pre_tag: str | None) -> bool:
+    """The request carries a well-formed tag weakly equal to the validator's tag."""
+    return requested is not None and pre_tag is not None and weak_equal(requested, pre_tag)
+
+
+def decide_block(policy: CachePolicy, tag: str | None) -> CacheBlock:
+    """The cache block a declared tool's answer carries; the tag only when the tool stamps tags."""
+    return CacheBlock(ttl_ms=policy.ttl_ms, cache_scope=policy.scope, etag=tag if policy.etag else None)
+
+
+def decide_before_body(
+    tool: str,
+    policy: CachePolicy,
+    requested: str | None,
+    pre_tag: str | None,
+    structured: bool | None,
+    *,
+    own_kind: str | None = None,
+    meta_key: str = META_KEY,
+) -> BeforeBody:
+    """`pre_tag`: the validator's tag (None without a validator, or when it gave no version).
+
+    `structured`: whether the tool answers with structuredContent (None: not known yet). `own_kind` is
+    the kind the tool's answers last carried: the body does not run, so the first choice of the kind
+    rule (the answer's own kind) can only be remembered.
+    """
+    if pre_tag is None:
+        return RunBody("no validator tag: the tag comes from the answer")
+    if requested is None:
+        return RunBody("no (well-formed) tag in the request")
+    if not weak_equal(requested, pre_tag):
+        return RunBody("the request's tag is not the validator's current one")
+    if structured is None:
+        return RunBody("validator tag matches, but whether the reply needs structuredContent is not known yet")
+    kind = (own_kind or policy.kind or tool) if structured else None
+    return SkipBody(
+        NotModifiedReply.build(decide_block(policy, pre_tag), kind, meta_key), "validator tag matches; body skipped"
+    )
+
+
+# Decisions after the body -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SendAsIs:
+    """Send the body's result exactly as it was: no cache block."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """Send the body's result with `block` merged into its `_meta`."""
+
+    block: CacheBlock
+    reason: str
+
+
+@dataclass(frozen=True)
+class AnswerNotModified:
+    """Send `reply` instead of the answer."""
+
+    reply: NotModifiedReply
+    reason: str
+
+
+AfterBody = SendAsIs | Stamp | AnswerNotModified
+
+
+def needs_content_tag(policy: CachePolicy, pre_tag: str | None, answer: Answer | None) -> bool:
+    """Whether the driver has to hash the answer: a tagging tool's good answer with no validator tag."""
+    return policy.etag and pre_tag is None and answer is not None and not answer.is_error
+
+
+def not_modified_kind(tool: str, policy: CachePolicy, structured_content: Any) -> str | None:
+    """The kind rule: the answer's own string `kind`, else the declared kind, else the tool name; None
+    (no structuredContent in the reply) when the answer has none."""
+    if structured_content is None:
+        return None
+    return answer_kind(structured_content) or policy.kind or tool
+
+
+def decide_after_body(
+    tool: str,
+    policy: CachePolicy,
+    requested: str | None,
+    tag: str | None,
+    answer: Answer | None,
+    *,
+    meta_key: str = META_KEY,
+) -> AfterBody:
+    """`tag`: the tag of this answer (the validator's, else the hash of the answer), None when there is
+    none (the tool stamps no tag, or the answer has no canonical form). `answer` None: what came back is
+    not a tool answer (e.g. an input-required leg)."""
+    if answer is None:
+        return SendAsIs("not a tool answer (e.g. input required)")
+    if answer.is_error:
+        return SendAsIs("error results are never stamped")
+    block = decide_block(policy, tag)
+    if block.etag is None:
+        why = "the tool stamps no tag" if not policy.etag else "the answer has no canonical form"
+        if requested is not None:
+            return Stamp(block, f"stamped without a tag ({why}); the conditional call gets the full answer")
+        return Stamp(block, f"stamped without a tag ({why})")
+    if requested is None:
+        return Stamp(block, "stamped (no tag in the request)")
+    if not weak_equal(requested, block.etag):
+        return Stamp(block, "stamped (the request's tag is not the current one)")
+    kind = not_modified_kind(tool, policy, answer.structured_content)
+    return AnswerNotModified(NotModifiedReply.build(block, kind, meta_key), "tag matches the current answer")
+
+
+# Tags computed below the adapter ------------------------------------------------------------------
+
+
+@dataclass
+class BelowTagging:
+    """Handed down to the tool when the answer's tag is to come from the answer.
+
+    The layer below the adapter (FastMCP: the tool, before the framework converts its return value)
+    may hash an exact cheaper form of the answer in a tag domain of its own (docs/protocol.md section 2.1)
+    and call `decide` with that tag. On a match it gets the not-modified reply to send in place
+    of the answer, so the framework converts nothing; otherwise the driver stamps `tag` on the answer
+    that comes back instead of hashing it. Untouched, the driver hashes the answer as usual.
+    """
+
+    tool: str
+    policy: CachePolicy
+    requested: str | None
+    meta_key: str = META_KEY
+    tag: str | None = None
+    reply: NotModifiedReply | None = None
+    reason: str = "no tag computed below the adapter"
+    size: int | None = None
+    """The length of the bytes `tag` was computed from, when the caller says."""
+    converted: bool = False
+    """Whether the framework had already converted the answer when `decide` was called."""
+
+    def decide(
+        self, tag: str, structured_content: Any, *, is_error: bool = False, size: int | None = None
+    ) -> NotModifiedReply | None:
+        """`tag`: the answer's tag in the caller's domain; `structured_content`: the answer's, as it would
+        be sent (for the kind rule); `size`: the length of the hashed bytes, if known. Returns the reply
+        to send instead of the answer, or None. An error is never tagged nor answered not-modified."""
+        if is_error:
+            self.reason = "error results are never stamped"
+            return None
+        self.tag = tag
+        self.size = size
+        answer = Answer(content=(), structured_content=structured_content, is_error=False)
+        after = decide_after_body(self.tool, self.policy, self.requested, tag, answer, meta_key=self.meta_key)
+        self.reason = after.reason
+        if isinstance(after, AnswerNotModified):
+            self.reply = after.reply
+            return after.reply
+        return None
+
+
+@dataclass(frozen=True)
+class NotAnAnswer:
+    """What `read_answer` returns for a result this layer must send as it is, with the reason why
+    (an input-required leg; an answer a mounted server's own mcpcache layer already stamped)."""
+
+    reason: str

@@ -1,0 +1,392 @@
+"""The server half's driver: runs validators, the body and the hash when told to, and never decides.
+
+An adapter presents one call of a declared tool as a `ToolCall` (what was asked, and how to run the body
+and read its result); `Revalidator.run` hands what it finds to the decisions (`mcpcache.server.decisions`)
+and returns an `Outcome` telling the adapter what to send: the body's result untouched (`PassThrough`),
+the result with a cache block merged into its `_meta` (`Stamped`), or a not-modified reply
+(`NotModified`). Each outcome is counted in the driver's `ServerStats`, set on the current OpenTelemetry
+span (`telemetry`), and its reason logged.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Generic, Protocol, TypeVar, assert_never
+
+import anyio.to_thread
+
+from mcpcache.etag import CanonicalizationError, content_tag_sized, validator_tag
+from mcpcache.protocol import META_KEY, CacheBlock, NotModifiedReply, answer_kind, requested_etag
+from mcpcache.server import telemetry
+from mcpcache.server.decisions import (
+    Answer,
+    AnswerNotModified,
+    BelowTagging,
+    NotAnAnswer,
+    RunBody,
+    SendAsIs,
+    SkipBody,
+    Stamp,
+    decide_after_body,
+    decide_before_body,
+    needs_content_tag,
+    validator_matches,
+)
+from mcpcache.server.policies import CachePolicy, ToolPolicies
+
+__all__ = ["NotModified", "Outcome", "PassThrough", "Revalidator", "ServerStats", "Stamped", "ToolCall"]
+
+logger = logging.getLogger("mcpcache.server")
+
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+
+
+# What the adapter sends ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PassThrough(Generic[R]):
+    """Send the body's result exactly as it was."""
+
+    result: R
+    reason: str
+
+
+@dataclass(frozen=True)
+class Stamped(Generic[R]):
+    """Send the body's result with `block` merged into its `_meta`."""
+
+    result: R
+    block: CacheBlock
+    reason: str
+
+
+@dataclass(frozen=True)
+class NotModified:
+    """Send `reply` instead of the answer.
+
+    `body_ran`: False when a validator matched and the body never ran. `converted`: False when the tag
+    was computed below the adapter and the answer was never built. `size`: the length of the answer's
+    hashed form (what was not sent), when known.
+    """
+
+    reply: NotModifiedReply
+    body_ran: bool
+    reason: str
+    converted: bool = True
+    size: int | None = None
+
+
+Outcome = PassThrough[R] | Stamped[R] | NotModified
+
+
+# Counters -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class ServerStats:
+    """What one server adapter did with the calls of its declared tools, since it was made.
+
+    Undeclared tools are not counted: they never reach mcpcache's logic. Every declared call counts in
+    exactly one of `stamped`, `not_modified`, `errors_passed` and `passed_through` (a call cancelled
+    while the body runs counts in none).
+    """
+
+    stamped: int = 0
+    """Full answers sent with a cache block."""
+    not_modified: int = 0
+    """Not-modified replies sent, by whatever path (the three kinds below and after a hashed answer)."""
+    body_skipped: int = 0
+    """Of `not_modified`: a validator named the version, so the tool's body never ran."""
+    conversion_skipped: int = 0
+    """Of `not_modified`: the raw return value's tag matched, so the body ran but its answer was never
+    built (FastMCP only)."""
+    errors_passed: int = 0
+    """Error results sent as they were, and tools that raised: never stamped, never not-modified."""
+    passed_through: int = 0
+    """Results sent untouched for another reason: not a tool answer (input required), or an answer a
+    mounted server's own mcpcache layer stamped."""
+    bytes_saved: int = 0
+    """The summed size of the answers not sent, where known: the canonical (or raw) bytes their tag was
+    computed from. Not-modified replies whose body never ran add nothing: their size is not known."""
+
+    def snapshot(self) -> ServerStats:
+        """A copy that later calls do not change."""
+        return replace(self)
+
+
+def _is_async_callable(fn: object) -> bool:
+    """A coroutine function, seen through `functools.partial` and callable objects, as FastMCP decides
+    whether a tool runs on the loop or in a worker thread."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return inspect.iscoroutinefunction(fn) or (callable(fn) and inspect.iscoroutinefunction(fn.__call__))
+
+
+class ToolCall(Protocol[R_co]):
+    """One call of a declared tool, as an adapter hands it to `Revalidator.run`."""
+
+    @property
+    def tool(self) -> str:
+        """The tool's name as called."""
+
+    @property
+    def arguments(self) -> Mapping[str, Any] | None: ...
+
+    @property
+    def request_meta(self) -> object:
+        """The request's `_meta`, where a conditional call carries its tag."""
+
+    @property
+    def policy(self) -> CachePolicy | None:
+        """The tool's declaration when the adapter resolved it (FastMCP: from the tool's own `meta` or its
+        function); None: looked up by name in the driver's policies."""
+
+    @property
+    def memo_inside(self) -> bool:
+        """A response memo sits between the adapter and the body."""
+
+    @property
+    def memo_outside(self) -> bool:
+        """A response memo sits above the adapter."""
+
+    @property
+    def tags_below(self) -> bool:
+        """`run_body_tagged` may be used: nothing between the adapter and the tool changes the answer."""
+
+    async def run_body(self) -> R_co:
+        """Run the tool and return the adapter's result."""
+
+    async def run_body_tagged(self, tagging: BelowTagging) -> R_co:
+        """Run the tool like `run_body`, letting the layer below tag the answer from a cheaper exact form
+        (see `BelowTagging`). Called only when `tags_below`, whenever the tag comes from the answer."""
+
+    def read_answer(self, result: Any) -> Answer | NotAnAnswer | None:
+        """The answer in a result, or None / a `NotAnAnswer` for a result to send as it is."""
+
+    async def has_structured_output(self) -> bool | None:
+        """Whether the tool answers with structured content (None: not known)."""
+
+
+@dataclass(frozen=True)
+class _Callbacks(Generic[R]):
+    """A `ToolCall` made of callbacks (`Revalidator.call`)."""
+
+    tool: str
+    arguments: Mapping[str, Any] | None
+    request_meta: object
+    policy: CachePolicy | None
+    memo_inside: bool
+    memo_outside: bool
+    body: Callable[[], Awaitable[R]]
+    reader: Callable[[R], Answer | NotAnAnswer | None]
+    structured_output: Callable[[], Awaitable[bool | None]] | None
+    body_tagged: Callable[[BelowTagging], Awaitable[R]] | None
+
+    @property
+    def tags_below(self) -> bool:
+        return self.body_tagged is not None
+
+    async def run_body(self) -> R:
+        return await self.body()
+
+    async def run_body_tagged(self, tagging: BelowTagging) -> R:
+        assert self.body_tagged is not None
+        return await self.body_tagged(tagging)
+
+    def read_answer(self, result: R) -> Answer | NotAnAnswer | None:
+        return self.reader(result)
+
+    async def has_structured_output(self) -> bool | None:
+        return await self.structured_output() if self.structured_output is not None else None
+
+
+# The driver ---------------------------------------------------------------------------------------
+
+
+class Revalidator:
+    """The server half's driver: runs validators, the body and the hash when told to, never decides."""
+
+    def __init__(self, policies: ToolPolicies, *, meta_key: str = META_KEY) -> None:
+        self.policies = policies
+        self.meta_key = meta_key
+        self.stats = ServerStats()
+        # Tools that answered with structured content in this process, for adapters that cannot see the
+        # tool's output schema before the body runs.
+        self._structured_seen: dict[str, bool] = {}
+        # The `kind` each tool's last answer carried, for not-modified replies that skip the body.
+        self._kind_seen: dict[str, str | None] = {}
+
+    async def _version_tag(self, tool: str, policy: CachePolicy, arguments: Mapping[str, Any]) -> str | None:
+        validator = policy.validator
+        if validator is None:
+            return None
+        try:
+            if _is_async_callable(validator):
+                version = await validator(arguments)
+            else:
+                # A synchronous validator may read a file or a database: like FastMCP's synchronous
+                # tools, it runs in a worker thread so that it never blocks the event loop.
+                version = await anyio.to_thread.run_sync(validator, arguments)
+                if inspect.isawaitable(version):  # a plain function that returned a coroutine
+                    version = await version
+        except Exception:
+            logger.warning("tool %r: validator failed; the tag will come from the answer", tool, exc_info=True)
+            return None
+        if version is None:
+            return None
+        try:
+            return validator_tag(tool, arguments, version)
+        except CanonicalizationError as exc:
+            logger.warning("tool %r: validator value has no canonical form (%s)", tool, exc)
+            return None
+
+    def _answer_tag(self, tool: str, answer: Answer) -> tuple[str | None, int | None]:
+        try:
+            return content_tag_sized(answer.content, answer.structured_content, answer.meta, meta_key=self.meta_key)
+        except CanonicalizationError as exc:
+            logger.warning("tool %r: answer has no canonical form (%s); sent without a tag", tool, exc)
+            return None, None
+
+    def _record_error(self, tool: str, reason: str) -> None:
+        self.stats.errors_passed += 1
+        telemetry.annotate(tool, "error")
+        logger.debug("tool %r: error: %s", tool, reason)
+
+    def _record(self, tool: str, outcome: Outcome[R], *, is_error: bool = False) -> Outcome[R]:
+        """Count the outcome, put it on the current span, and log its reason."""
+        stats = self.stats
+        kind: telemetry.Outcome
+        size: int | None = None
+        match outcome:
+            case Stamped():
+                stats.stamped += 1
+                kind = "stamped"
+            case NotModified(body_ran=body_ran, converted=converted, size=size):
+                stats.not_modified += 1
+                if not body_ran:
+                    stats.body_skipped += 1
+                    kind = "body_skipped"
+                elif not converted:
+                    stats.conversion_skipped += 1
+                    kind = "conversion_skipped"
+                else:
+                    kind = "not_modified"
+                if size is not None:
+                    stats.bytes_saved += size
+            case PassThrough():
+                if is_error:
+                    stats.errors_passed += 1
+                    kind = "error"
+                else:
+                    stats.passed_through += 1
+                    kind = "passed_through"
+            case _:
+                assert_never(outcome)
+        telemetry.annotate(tool, kind, size)
+        logger.debug("tool %r: %s: %s", tool, kind, outcome.reason)
+        return outcome
+
+    async def call(
+        self,
+        *,
+        tool: str,
+        arguments: Mapping[str, Any] | None,
+        request_meta: object,
+        run_body: Callable[[], Awaitable[R]],
+        read_answer: Callable[[R], Answer | NotAnAnswer | None],
+        has_structured_output: Callable[[], Awaitable[bool | None]] | None = None,
+        memo_inside: bool = False,
+        memo_outside: bool = False,
+        run_body_tagged: Callable[[BelowTagging], Awaitable[R]] | None = None,
+        policy: CachePolicy | None = None,
+    ) -> Outcome[R]:
+        """`run` for a call given as callbacks (the form of earlier versions); see `ToolCall` for each."""
+        return await self.run(
+            _Callbacks(
+                tool, arguments, request_meta, policy, memo_inside, memo_outside,
+                run_body, read_answer, has_structured_output, run_body_tagged,
+            )
+        )  # fmt: skip
+
+    async def run(self, call: ToolCall[R]) -> Outcome[R]:
+        """Answer one call of a tool: skip its body on a validator match, else run it, tag the answer and
+        stamp it or answer not-modified. See `ToolCall` for what the adapter provides.
+
+        A memo inside the adapter may answer from an older version of the source than the validator just
+        named, so the validator is not used and the tag comes from what the memo answered. A memo outside
+        would keep a not-modified reply and serve it to callers that sent no tag, so none is made.
+        """
+        tool = call.tool
+        policy = call.policy if call.policy is not None else self.policies.get(tool)
+        if policy is None:
+            return PassThrough(await call.run_body(), "tool not declared")
+        args = call.arguments or {}
+        requested = requested_etag(call.request_meta, self.meta_key) if policy.etag and not call.memo_outside else None
+        pre_tag = None if call.memo_inside else await self._version_tag(tool, policy, args)
+
+        structured: bool | None = None
+        if validator_matches(requested, pre_tag):  # only then is the tool's schema worth looking up
+            structured = await call.has_structured_output()
+            if structured is None:
+                structured = self._structured_seen.get(tool)
+        before = decide_before_body(
+            tool, policy, requested, pre_tag, structured, own_kind=self._kind_seen.get(tool), meta_key=self.meta_key
+        )
+        match before:
+            case SkipBody(reply=reply, reason=reason):
+                return self._record(tool, NotModified(reply, body_ran=False, reason=reason))
+            case RunBody():
+                logger.debug("tool %r: %s", tool, before.reason)
+            case _:
+                assert_never(before)
+
+        below: BelowTagging | None = None
+        try:
+            if call.tags_below and policy.etag and pre_tag is None:
+                below = BelowTagging(tool, policy, requested, self.meta_key)
+                result = await call.run_body_tagged(below)
+            else:
+                result = await call.run_body()
+        except Exception:
+            # A framework that turns a raising tool into an error result above this layer (FastMCP)
+            # shows the error here as an exception; it passes through all the same.
+            self._record_error(tool, "the tool raised; the error passes through")
+            raise
+        if below is not None:
+            if below.reply is not None:
+                reason = f"{below.reason} ({'answer converted first' if below.converted else 'answer not converted'})"
+                return self._record(
+                    tool,
+                    NotModified(below.reply, body_ran=True, reason=reason, converted=below.converted, size=below.size),
+                )
+            logger.debug("tool %r: below the adapter: %s", tool, below.reason)
+        read = call.read_answer(result)
+        if not isinstance(read, Answer):
+            why = read.reason if read is not None else "not a tool answer (e.g. input required)"
+            return self._record(tool, PassThrough(result, why))
+        answer = read
+        if not answer.is_error:
+            self._structured_seen[tool] = answer.structured_content is not None
+            self._kind_seen[tool] = answer_kind(answer.structured_content)
+        tag, size = pre_tag, None
+        if needs_content_tag(policy, pre_tag, answer):
+            if below is not None and below.tag is not None:
+                tag, size = below.tag, below.size
+            else:
+                tag, size = self._answer_tag(tool, answer)
+        after = decide_after_body(tool, policy, requested, tag, answer, meta_key=self.meta_key)
+        match after:
+            case SendAsIs(reason=reason):
+                return self._record(tool, PassThrough(result, reason), is_error=answer.is_error)
+            case Stamp(block=block, reason=reason):
+                return self._record(tool, Stamped(result, block, reason))
+            case AnswerNotModified(reply=reply, reason=reason):
+                return self._record(tool, NotModified(reply, body_ran=True, reason=reason, size=size))
+            case _:
+                assert_never(after)

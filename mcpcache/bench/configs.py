@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from mcpcache.demo.server import DemoMode
+
 ClientKind = Literal["plain", "sdk-cache", "mcpcache"]
 
 REVALIDATE_EVERY_READ_TTL_MS = 0
@@ -23,7 +25,7 @@ stdio takes about 20 s here, more on a loaded machine)."""
 class Config:
     key: str
     label: str
-    server_flags: tuple[str, ...]
+    demo: DemoMode
     client: ClientKind
     note: str
 
@@ -32,49 +34,49 @@ CONFIGS: tuple[Config, ...] = (
     Config(
         "baseline",
         "FastMCP, stock client",
-        ("--no-revalidation",),
+        DemoMode(revalidation=False),
         "plain",
         "no caching anywhere: every read sends the whole notebook",
     ),
     Config(
         "sdk-cache",
         "MCP SDK client cache on",
-        ("--no-revalidation",),
+        DemoMode(revalidation=False),
         "sdk-cache",
         "mcp.Client's own response cache; it covers lists and resources/read, never tools/call",
     ),
     Config(
         "fastmcp-memo",
         "FastMCP ResponseCachingMiddleware",
-        ("--no-revalidation", "--memo"),
+        DemoMode(revalidation=False, memo=True),
         "plain",
         "a server-side memo: saves the server's work, not the bytes",
     ),
     Config(
         "sha256-peer",
         "SHA-256 revalidation (Datalayer form)",
-        ("--peer-sha256", "--ttl-ms", str(REVALIDATE_EVERY_READ_TTL_MS)),
+        DemoMode(revalidation=False, peer_sha256=True, ttl_ms=REVALIDATE_EVERY_READ_TTL_MS),
         "mcpcache",
         "tag = sha256 of sorted json.dumps; the tool runs on every read",
     ),
     Config(
         "mcpcache",
         "mcpcache revalidation",
-        ("--ttl-ms", str(REVALIDATE_EVERY_READ_TTL_MS)),
+        DemoMode(ttl_ms=REVALIDATE_EVERY_READ_TTL_MS),
         "mcpcache",
         "tag = xxh3-128 of canonical orjson; the tool runs on every read",
     ),
     Config(
         "mcpcache-validator",
         "mcpcache with a validator",
-        ("--validator", "--ttl-ms", str(REVALIDATE_EVERY_READ_TTL_MS)),
+        DemoMode(validator=True, ttl_ms=REVALIDATE_EVERY_READ_TTL_MS),
         "mcpcache",
         "tag from the file's hash before the body: a match skips the tool",
     ),
     Config(
         "mcpcache-ttl",
         "mcpcache with TTL fresh hits",
-        ("--ttl-ms", str(TTL_CONFIG_TTL_MS)),
+        DemoMode(ttl_ms=TTL_CONFIG_TTL_MS),
         "mcpcache",
         "reads closer together than the ttl are served with no request; an edit ends freshness",
     ),

@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 from fastmcp import Client
 
-from mcpcache.bench.peers import datalayer_tag
+from mcpcache.demo.peers import datalayer_tag
 from mcpcache.etag import content_tag, wire_content
 from mcpcache.tokens import count_tokens
 

@@ -97,7 +97,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def _server_command(config: Config, directory: Path) -> list[str]:
-    return [sys.executable, "-m", "mcpcache", "demo-server", "--dir", str(directory), *config.server_flags]
+    return [sys.executable, "-m", "mcpcache", "demo-server", "--dir", str(directory), *config.demo.flags()]
 
 
 @contextlib.asynccontextmanager
@@ -242,9 +242,7 @@ def run_worker(spec: RunSpec, conn: Connection, log_path: str) -> None:
 
 
 def run_server(config_key: str, directory: str, port: int, log_path: str) -> None:
-    """An HTTP demo server process: `mcpcache demo-server --dir D <flags> --http PORT`, run in-process."""
-    from mcpcache.cli import app
-
+    """An HTTP demo server process (what `mcpcache demo-server --dir D <flags> --http PORT` serves)."""
     _to_log(log_path)
-    flags = list(BY_KEY[config_key].server_flags)
-    app(["demo-server", "--dir", directory, *flags, "--http", str(port)], standalone_mode=False)
+    server = BY_KEY[config_key].demo.build(directory)
+    server.run(transport="http", host="127.0.0.1", port=port, show_banner=False)

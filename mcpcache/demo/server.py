@@ -407,6 +407,43 @@ class _Memo:
             await self.store.delete_many(keys, collection=_MEMO_COLLECTION)
 
 
+@dataclass(frozen=True)
+class DemoMode:
+    """How the demo server runs (the keyword arguments of `build_demo_server`), and the `mcpcache
+    demo-server` flags that ask for the same: the benchmark names its configurations with these."""
+
+    validator: bool = False
+    memo: bool = False
+    revalidation: bool = True
+    ttl_ms: int = TTL_MS
+    peer_sha256: bool = False
+
+    def flags(self) -> tuple[str, ...]:
+        """The command line of `mcpcache demo-server` for this mode (after `--dir DIR`)."""
+        flags: list[str] = []
+        if self.peer_sha256:
+            flags.append("--peer-sha256")
+        elif not self.revalidation:
+            flags.append("--no-revalidation")
+        if self.validator:
+            flags.append("--validator")
+        if self.memo:
+            flags.append("--memo")
+        if self.ttl_ms != TTL_MS:
+            flags += ["--ttl-ms", str(self.ttl_ms)]
+        return tuple(flags)
+
+    def build(self, directory: str | Path) -> FastMCP:
+        return build_demo_server(
+            directory,
+            validator=self.validator,
+            memo=self.memo,
+            revalidation=self.revalidation,
+            ttl_ms=self.ttl_ms,
+            peer_sha256=self.peer_sha256,
+        )
+
+
 def build_demo_server(
     directory: str | Path,
     *,
@@ -424,7 +461,7 @@ def build_demo_server(
     revalidation: install mcpcache at all (False: the plain-FastMCP baseline).
     ttl_ms: the freshness the read tools announce (0: a client revalidates before every reuse).
     peer_sha256: instead of mcpcache, the SHA-256 revalidation of the Datalayer Jupyter MCP server
-        (`mcpcache.bench.peers`), for the benchmark's side-by-side run.
+        (`mcpcache.demo.peers`), for the benchmark's side-by-side run.
     """
     if validator and not revalidation:
         raise ValueError("validator=True needs revalidation=True: the validator only feeds mcpcache's tags")
@@ -489,7 +526,7 @@ def build_demo_server(
         return answer
 
     if peer_sha256:
-        from mcpcache.bench.peers import Sha256Revalidation
+        from mcpcache.demo.peers import Sha256Revalidation
 
         server.middleware.insert(0, Sha256Revalidation({tool: ttl_ms for tool in READ_TOOLS}))
         return server

@@ -1,4 +1,4 @@
-"""What a user has today, written here so the benchmark can run it beside mcpcache.
+"""What a user has today, written here so the demo server can run it beside mcpcache (for the benchmark).
 
 `datalayer_tag` and `Sha256Revalidation` follow the revalidation of the Datalayer Jupyter MCP server
 as it is described (a weak tag from sha256 of `json.dumps(sort_keys=True, separators=(",", ":"))`, its

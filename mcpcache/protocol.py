@@ -25,7 +25,10 @@ EXTENSION_ID = "io.github.mcpcache/revalidation"
 NOT_MODIFIED_KEY = "notModified"
 TAG_ALGORITHM = "xxh3-128/canonical-json"
 MAX_TTL_MS = 24 * 60 * 60 * 1000
-"""Longer hints are clamped: a day is already longer than any sensible tool-result lifetime."""
+"""Longer hints are clamped: a day is already longer than any sensible tool-result lifetime. The same bound
+as the MCP SDK's `mcp.client.caching.MAX_TTL_MS` (SEP-2549), written here rather than imported: importing
+it would load the SDK's client package into every importer of the wire vocabulary, the server half and a
+bare `import mcpcache` included (tests/test_protocol.py checks that the two agree)."""
 
 Scope = Literal["private", "public"]
 _WIRE_FIELDS = ("ttlMs", "cacheScope", "etag", NOT_MODIFIED_KEY)

@@ -275,3 +275,11 @@ def test_not_modified_reply_without_structured_output_has_no_structured_content(
     assert "structuredContent" not in wire
     assert wire["content"] == []
     assert wire["_meta"][META_KEY] == {"ttlMs": 0, "cacheScope": "public", "etag": TAG, "notModified": True}
+
+
+def test_the_ttl_bound_is_the_sdks() -> None:
+    from mcp.client.caching import MAX_TTL_MS as SDK_MAX_TTL_MS
+
+    from mcpcache.protocol import MAX_TTL_MS
+
+    assert MAX_TTL_MS == SDK_MAX_TTL_MS

@@ -32,10 +32,12 @@ Obs = TypeVar("Obs")
 @dataclass(frozen=True)
 class Rule:
     """Where a rule is written: a document of this project and the heading of its section, exactly as the
-    document writes it (numbered in docs/protocol.md; tests/check/test_citations.py checks they exist)."""
+    document writes it (numbered in docs/protocol.md), and the section of the proposal (docs/extension.md)
+    that specifies it for other implementations (tests/check/test_citations.py checks both exist)."""
 
     doc: str
     section: str
+    proposal: str
 
     def cite(self) -> str:
         return f"{self.doc} § {self.section}"
@@ -43,14 +45,15 @@ class Rule:
 
 PROTOCOL = "docs/protocol.md"
 CLIENT = "docs/client.md"
+PROPOSAL = "docs/extension.md"
 
-BLOCK = Rule(PROTOCOL, "1. The cache block")
-TAG = Rule(PROTOCOL, "2. The entity tag")
-META_COVERED = Rule(PROTOCOL, "2.2 Peers whose tag leaves `_meta` out")
-REPLY = Rule(PROTOCOL, "4. The not-modified reply")
-CALL = Rule(CLIENT, "What happens on a call")
-UNMATCHED = Rule(CLIENT, "Not-modified replies that cannot be matched")
-PARTITIONS = Rule(CLIENT, "Partitions and sharing")
+BLOCK = Rule(PROTOCOL, "1. The cache block", "The cache block")
+TAG = Rule(PROTOCOL, "2. The entity tag", "Entity tags")
+META_COVERED = Rule(PROTOCOL, "2.2 Peers whose tag leaves `_meta` out", "Entity tags")
+REPLY = Rule(PROTOCOL, "4. The not-modified reply", "The not-modified reply")
+CALL = Rule(CLIENT, "What happens on a call", "Clients")
+UNMATCHED = Rule(CLIENT, "Not-modified replies that cannot be matched", "Clients")
+PARTITIONS = Rule(CLIENT, "Partitions and sharing", "Clients")
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,11 @@ class Scenario(Generic[Obs]):
     rule: Rule
     kind: Kind
     judge: Callable[[Obs], Judged] = field(repr=False, compare=False)
+    expects: str = ""
+    """What must come back (or, for a client, what it must do), in words: the scenario as another test
+    suite would write it (`mcpcache.check.export`)."""
+    sends: tuple[str, ...] = ()
+    """A server scenario: the probes (`server_rules.PROBES`, by name) whose replies its judge reads."""
 
     def verdict(self, observations: Obs) -> Verdict:
         return Verdict.of(self, self.judge(observations))

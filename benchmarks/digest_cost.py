@@ -49,6 +49,22 @@ def answer_for(directory: Path, size: int) -> tuple[list[dict[str, Any]], dict[s
     return [{"type": "text", "text": json.dumps(structured)}], structured
 
 
+def row(content: list[dict[str, Any]], structured: dict[str, Any], runs: int) -> str:
+    document = {"content": content, "meta": None, "structuredContent": structured}
+    data = jcs(document)
+
+    def writer() -> str:
+        parts: list[str] = []
+        _write_jcs(document, parts.append)
+        return "".join(parts)
+
+    tag = best_ms(lambda: content_tag(content, structured), runs)
+    digest = best_ms(lambda: answer_digest(content, structured), runs)
+    slow = best_ms(writer, runs)
+    sha = best_ms(lambda: hashlib.sha256(data).hexdigest(), runs)
+    return f"| {len(data) / MB:.2f} MB | {tag:.1f} ms | {digest:.1f} ms | {slow:.1f} ms | {sha:.1f} ms |"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -61,19 +77,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         for size in sizes:
             content, structured = answer_for(Path(folder), size)
-            document = {"content": content, "meta": None, "structuredContent": structured}
-            data = jcs(document)
-
-            def writer(value: Any = document) -> str:
-                parts: list[str] = []
-                _write_jcs(value, parts.append)
-                return "".join(parts)
-
-            tag = best_ms(lambda: content_tag(content, structured), runs)
-            digest = best_ms(lambda: answer_digest(content, structured), runs)
-            slow = best_ms(writer, runs)
-            sha = best_ms(lambda: hashlib.sha256(data).hexdigest(), runs)
-            print(f"| {len(data) / MB:.2f} MB | {tag:.1f} ms | {digest:.1f} ms | {slow:.1f} ms | {sha:.1f} ms |")
+            print(row(content, structured, runs))
     sys.stdout.flush()
 
 

@@ -21,7 +21,7 @@ def not_implemented_line(report: Report) -> str:
     called = sorted(
         {s.name for s in report.subjects} | {name for name, why in report.skipped if "no cache block" in why}
     )
-    return f"{report.target} does not implement tool-result caching: no answer carried a cache block" + (
+    return "does not implement tool-result caching: no answer carried a cache block" + (
         f" ({', '.join(called)} answered without one)" if called else ""
     )
 
@@ -43,9 +43,12 @@ def outcome_line(report: Report) -> tuple[str, str]:
         return f"{outcome}: {summary}", "bold red" if outcome != "conforms" else "bold green"
     untried = report.untried()
     line = f"conforms: {summary}"
+    needing = [scenario for scenario in untried if scenario in NEEDS_MUTATION]
+    parts = [", ".join(scenario for scenario in untried if scenario not in NEEDS_MUTATION)]
+    if needing:
+        parts.append(f"{', '.join(needing)} (name a {' and '.join(sorted({NEEDS_MUTATION[s] for s in needing}))} call)")
     if untried:
-        options = sorted({NEEDS_MUTATION[s] for s in untried if s in NEEDS_MUTATION})
-        line += f"; not tried: {', '.join(untried)}" + (f" (name a {' and '.join(options)} call)" if options else "")
+        line += "; not tried: " + "; ".join(part for part in parts if part)
     return line, "bold green"
 
 

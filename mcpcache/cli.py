@@ -479,6 +479,12 @@ def check(
         list[str] | None,
         typer.Option("--mutate", metavar="NAME", help="A call that changes what the probed tools read (repeatable)."),
     ] = None,
+    args_from: Annotated[
+        Path | None,
+        typer.Option(
+            "--args-from", metavar="FILE", help='Arguments by tool name, a JSON object: {"read_cell": {"index": 0}}.'
+        ),
+    ] = None,
     meta_key: Annotated[
         str, typer.Option("--meta-key", metavar="KEY", help="Where the cache block lives in _meta.")
     ] = "io.modelcontextprotocol/cache",
@@ -507,7 +513,8 @@ def check(
 ) -> None:
     """Check a server (or with --client, a client) against the revalidation rules of docs/protocol.md.
 
-    Exit status 0: conforms; 1: a required scenario failed (or nothing could be checked); 2: usage error.
+    Exit status 0: conforms; 1: a required scenario failed, or the server does not implement tool-result
+    caching, or it could not be reached; 2: usage error; 3: inconclusive (no tagged tool could be checked).
     """
     import os
 
@@ -517,7 +524,7 @@ def check(
     from mcpcache.check.render import render, to_json
 
     if client:
-        if url or command or tool or mutate:
+        if url or command or tool or mutate or args_from:
             _check_usage("--client serves a scripted server: it takes no --url, server command, --tool or --mutate")
         from mcpcache.check.scripted import serve_client_check
 
@@ -527,16 +534,18 @@ def check(
             _check_usage("--http and --calls go with --client")
         if bool(url) == bool(command):
             _check_usage("give a server: --url http://host/mcp, or -- followed by the command that starts it")
-        from mcpcache.check.probe import CheckOptions, Target, check_server, parse_arguments
+        from mcpcache.check.probe import CheckOptions, Target, check_server, parse_arguments, parse_arguments_file
         from mcpcache.check.selection import ToolCall
 
         try:
             tools, mutations = _paired_calls(ctx.meta.get(_CHECK_ARGV, []), parse_arguments)
+            known = parse_arguments_file(args_from) if args_from is not None else None
         except ValueError as exc:
             _check_usage(str(exc))
         target = Target.http(url) if url else Target.stdio(command or [])
         options = CheckOptions(
             calls=tuple(ToolCall(n, a) for n, a in tools),
+            known_arguments=known,
             mutations=tuple(ToolCall(n, a if a is not None else {}) for n, a in mutations),
             meta_key=meta_key,
             era="legacy" if legacy else "auto",
@@ -561,7 +570,7 @@ def check(
         # Piped or captured, rich would assume 80 columns; the tables are laid out for 120.
         wide = stream.isatty() or "COLUMNS" in os.environ
         render(report, Console(file=stream) if wide else Console(file=stream, width=120))
-    raise typer.Exit(0 if report.ok else 1)
+    raise typer.Exit(report.exit_status)
 
 
 def _paired_calls(

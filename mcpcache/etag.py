@@ -1,13 +1,16 @@
-"""Canonical bytes and weak entity tags (the tag rules are in docs/protocol.md section 2).
+"""Weak entity tags and the answer digest (docs/protocol.md section 2; docs/extension.md, "Canonical forms").
 
 A tag must come out the same for the same answer in any process, on any transport and in any protocol
-era, so it is computed from one pinned serialisation: orjson with sorted keys and no whitespace, arrays
-left in their order. xxh3-128 because the tag only has to tell versions of one answer apart for the
-client that holds it; it is not a security boundary (keys in shared stores use SHA-256, see keys.py).
+era, so it is computed from one pinned serialisation, the tag form of `mcpcache.canonical`. xxh3-128
+because the tag only has to tell versions of one answer apart for the client that holds it; it is not a
+security boundary (keys in shared stores use SHA-256, see keys.py). The digest is the other way round:
+a client recomputes it to verify a delta, so it is SHA-256 (in every standard library) over RFC 8785
+bytes (which every language can reproduce).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -17,9 +20,21 @@ import orjson
 import xxhash
 from pydantic import BaseModel
 
+from mcpcache.canonical import CanonicalizationError as CanonicalizationError
+from mcpcache.canonical import _dump, jcs
+from mcpcache.canonical import _reject_non_finite as _reject_non_finite
+from mcpcache.canonical import canonical_json as canonical_json
+
 META_KEY = "io.modelcontextprotocol/cache"
 """Where the cache block lives in a result's `_meta` (re-exported by `mcpcache.protocol`). The tag never
 covers the block itself, so stamping an answer does not change its tag."""
+
+SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
+"""Added to every result's `_meta` by the MCP SDK on protocol 2026-07-28 after the tool has answered: it
+describes the server, not the answer, so a digest leaves it out and a client's stored copy may hold an
+older one."""
+
+DIGEST_PREFIX = "sha256:"
 
 MAX_ETAG_LENGTH = 256
 """A longer value in a peer's `_meta` is not a tag anybody here minted; reading it as absent is safe."""
@@ -28,46 +43,6 @@ MAX_ETAG_LENGTH = 256
 # a tag arrives in JSON, where "octets above 0x7F" would be code points, not bytes).
 _ETAG_RE = re.compile(r'(W/)?"([\x21\x23-\x7e]+)"')
 _VALIDATOR_DOMAIN = b"mcpcache/validator\x00"
-
-
-class CanonicalizationError(ValueError):
-    """The value has no canonical JSON form (NaN, infinity, a non-JSON type, a huge int, a non-str key)."""
-
-
-def _reject_non_finite(value: Any) -> None:
-    # orjson writes NaN and infinities as null, which would give a NaN answer the tag of a null one. The
-    # walk checks exact types first because answers are mostly strings, which need no look inside.
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        kind = type(item)
-        if kind is str or kind is int or kind is bool or item is None:
-            continue
-        if kind is dict:
-            stack.extend(item.values())
-        elif kind is list:
-            stack.extend(item)
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                raise CanonicalizationError(f"non-finite number {item!r} has no JSON form")
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
-
-
-def _dump(value: Any) -> bytes:
-    try:
-        out = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-    except (TypeError, orjson.JSONEncodeError) as exc:
-        raise CanonicalizationError(str(exc)) from exc
-    _reject_non_finite(value)
-    return out
-
-
-def canonical_json(value: Any) -> bytes:
-    """UTF-8 JSON, keys sorted, no insignificant whitespace, arrays in order. Raises CanonicalizationError."""
-    return _dump(value)
 
 
 def wire_content(blocks: Iterable[BaseModel | Mapping[str, Any]]) -> list[Any]:
@@ -140,6 +115,34 @@ def content_tag_sized(
     feed(_dump(structured_content))
     feed(b"}")
     return format_tag(digest.hexdigest()), size
+
+
+def digest_meta(meta: Mapping[str, Any] | None, meta_key: str = META_KEY) -> dict[str, Any] | None:
+    """A result's `_meta` as the digest covers it: without the cache block and the SDK's serverInfo."""
+    if not meta:
+        return None
+    rest = {key: value for key, value in meta.items() if key != meta_key and key != SERVER_INFO_KEY}
+    return rest or None
+
+
+def answer_digest(
+    content: Iterable[BaseModel | Mapping[str, Any]],
+    structured_content: Any,
+    meta: Mapping[str, Any] | None = None,
+    *,
+    meta_key: str = META_KEY,
+) -> str:
+    """`sha256:` + 64 lowercase hex digits of the RFC 8785 bytes of `{"content": [...], "meta": <_meta
+    without the cache block and serverInfo, or null>, "structuredContent": <or null>}`: what a delta's
+    digest names, and what a client recomputes from the answer it built (docs/extension.md, "The
+    digest"). Raises CanonicalizationError for an answer with no RFC 8785 form (an integer beyond 2^53,
+    a non-finite number, a lone surrogate, a non-JSON type)."""
+    document = {
+        "content": wire_content(content),
+        "meta": digest_meta(meta, meta_key),
+        "structuredContent": structured_content,
+    }
+    return DIGEST_PREFIX + hashlib.sha256(jcs(document)).hexdigest()
 
 
 def validator_tag(tool: str, arguments: Mapping[str, Any] | None, version: Any) -> str:

@@ -335,15 +335,48 @@ class ClientScenario:
 
 
 def _scenario(
-    id: str, title: str, rule: Rule, kind: Kind, script: Script, judge: Callable[[ScriptRecord], Judged]
+    id: str,
+    title: str,
+    rule: Rule,
+    kind: Kind,
+    script: Script,
+    judge: Callable[[ScriptRecord], Judged],
+    expects: str,
 ) -> ClientScenario:
-    return ClientScenario(Scenario(id, title, rule, kind, judge), script)
+    return ClientScenario(Scenario(id, title, rule, kind, judge, expects=expects), script)
 
 
 CLIENT_SCENARIOS: tuple[ClientScenario, ...] = (
-    _scenario("sends-tag", "A stale answer is revalidated with its tag", CALL, "required", REVALIDATE, judge_sends_tag),
-    _scenario("serves-copy", "Not-modified serves the stored copy", CALL, "required", REVALIDATE, judge_serves_copy),
-    _scenario("replaces", "A changed answer replaces the entry", CALL, "required", REVALIDATE, judge_replaces),
+    _scenario(
+        "sends-tag",
+        "A stale answer is revalidated with its tag",
+        CALL,
+        "required",
+        REVALIDATE,
+        judge_sends_tag,
+        expects="step 2's request carries, in `_meta[\"io.modelcontextprotocol/cache\"].etag`, the tag of step 1's "
+        "answer (`ttlMs` 0: stale at once)",
+    ),
+    _scenario(
+        "serves-copy",
+        "Not-modified serves the stored copy",
+        CALL,
+        "required",
+        REVALIDATE,
+        judge_serves_copy,
+        expects="step 2's caller gets step 1's full answer, its own `_meta` keys kept and no `notModified`, after one "
+        "request",
+    ),
+    _scenario(
+        "replaces",
+        "A changed answer replaces the entry",
+        CALL,
+        "required",
+        REVALIDATE,
+        judge_replaces,
+        expects="step 3's caller gets edition 2; step 4's request carries edition 2's tag, and its caller gets "
+        "edition 2",
+    ),
     _scenario(
         "unmatched-tag",
         "A not-modified naming another tag is never served",
@@ -351,6 +384,8 @@ CLIENT_SCENARIOS: tuple[ClientScenario, ...] = (
         "required",
         _unmatched("unmatched-tag", Reply(kind="not-modified", tag="foreign")),
         judge_unmatched,
+        expects="the not-modified reply naming a tag the client never held is not served: the client asks again "
+        "without a tag and its caller gets edition 2",
     ),
     _scenario(
         "unmatched-untagged",
@@ -359,6 +394,8 @@ CLIENT_SCENARIOS: tuple[ClientScenario, ...] = (
         "required",
         _unmatched("unmatched-untagged", Reply(kind="not-modified", tag="none")),
         judge_unmatched,
+        expects="the not-modified reply with no tag is not served: the client asks again without a tag and its caller "
+        "gets edition 2",
     ),
     _scenario(
         "unmatched-error",
@@ -367,6 +404,8 @@ CLIENT_SCENARIOS: tuple[ClientScenario, ...] = (
         "required",
         _unmatched("unmatched-error", Reply(kind="not-modified", marked_error=True)),
         judge_unmatched,
+        expects="the not-modified reply marked `isError` is not served: the client asks again without a tag and its "
+        "caller gets edition 2",
     ),
     _scenario(
         "unmatched-no-entry",
@@ -375,6 +414,8 @@ CLIENT_SCENARIOS: tuple[ClientScenario, ...] = (
         "required",
         _unmatched("unmatched-no-entry", NOT_MODIFIED, stored=False),
         judge_unmatched,
+        expects="a not-modified reply to a call that sent no tag is not served: the client asks again and its caller "
+        "gets edition 1",
     ),
     _scenario(
         "error",
@@ -383,6 +424,8 @@ CLIENT_SCENARIOS: tuple[ClientScenario, ...] = (
         "required",
         Script("error", (Step((Reply(kind="error", ttl_ms=600_000, scope="public"),)), Step((FULL,)))),
         judge_error_not_stored,
+        expects="step 1's error is not stored: step 2 sends a request without a tag, and its caller gets the full "
+        "answer",
     ),
     _scenario(
         "fresh",
@@ -391,6 +434,7 @@ CLIENT_SCENARIOS: tuple[ClientScenario, ...] = (
         "recommended",
         Script("fresh", (Step((Reply(ttl_ms=600_000),)), Step((FULL,)))),
         judge_fresh,
+        expects="step 2 sends no request (the answer is fresh for ten minutes), and its caller gets step 1's answer",
     ),
     _scenario(
         "partitions",
@@ -399,6 +443,8 @@ CLIENT_SCENARIOS: tuple[ClientScenario, ...] = (
         "required",
         Script("partitions", (Step((Reply(ttl_ms=600_000),)), Step((FULL,), partition="b"))),
         judge_partitions,
+        expects="partition b's call sends a request without a tag and gets partition b's answer, never partition a's "
+        "private one",
     ),
     _scenario(
         "unknown-scope",
@@ -407,6 +453,7 @@ CLIENT_SCENARIOS: tuple[ClientScenario, ...] = (
         "required",
         Script("unknown-scope", (Step((Reply(ttl_ms=600_000, scope="session"),)), Step((FULL,), partition="b"))),
         judge_partitions,
+        expects='the same as partitions, for `cacheScope: "session"`, which a client reads as private',
     ),
     _scenario(
         "malformed-block",
@@ -415,6 +462,7 @@ CLIENT_SCENARIOS: tuple[ClientScenario, ...] = (
         "required",
         Script("malformed-block", (Step((Reply(ttl_ms="5000", tag="malformed"),)), Step((FULL,)))),
         judge_tolerant,
+        expects="both calls' callers get the full answer, and no request carries the malformed tag",
     ),
 )
 

@@ -19,16 +19,25 @@ Status = Literal["pass", "fail", "warn", "n/a", "info"]
 Kind = Literal["required", "recommended", "info"]
 STATUSES: tuple[Status, ...] = ("pass", "fail", "warn", "n/a", "info")
 
+Outcome = Literal["conforms", "does not conform", "does not implement", "inconclusive"]
+EXIT_STATUS: dict[Outcome, int] = {"conforms": 0, "does not conform": 1, "does not implement": 1, "inconclusive": 3}
+"""2 is a usage error (the CLI's). 3 says: nothing is known to be wrong, but nothing was shown to be right."""
+
+Stamping = Literal["seen", "none", "unknown"]
+"""Whether any answer (or tools/list entry) carried a cache block; "unknown" when no call succeeded."""
+
 Obs = TypeVar("Obs")
 
 
 @dataclass(frozen=True)
 class Rule:
     """Where a rule is written: a document of this project and the heading of its section, exactly as the
-    document writes it (numbered in docs/protocol.md; tests/check/test_citations.py checks they exist)."""
+    document writes it (numbered in docs/protocol.md), and the section of the proposal (docs/extension.md)
+    that specifies it for other implementations (tests/check/test_citations.py checks both exist)."""
 
     doc: str
     section: str
+    proposal: str
 
     def cite(self) -> str:
         return f"{self.doc} § {self.section}"
@@ -36,14 +45,15 @@ class Rule:
 
 PROTOCOL = "docs/protocol.md"
 CLIENT = "docs/client.md"
+PROPOSAL = "docs/extension.md"
 
-BLOCK = Rule(PROTOCOL, "1. The cache block")
-TAG = Rule(PROTOCOL, "2. The entity tag")
-META_COVERED = Rule(PROTOCOL, "2.2 Peers whose tag leaves `_meta` out")
-REPLY = Rule(PROTOCOL, "4. The not-modified reply")
-CALL = Rule(CLIENT, "What happens on a call")
-UNMATCHED = Rule(CLIENT, "Not-modified replies that cannot be matched")
-PARTITIONS = Rule(CLIENT, "Partitions and sharing")
+BLOCK = Rule(PROTOCOL, "1. The cache block", "The cache block")
+TAG = Rule(PROTOCOL, "2. The entity tag", "Entity tags")
+META_COVERED = Rule(PROTOCOL, "2.2 Peers whose tag leaves `_meta` out", "Entity tags")
+REPLY = Rule(PROTOCOL, "4. The not-modified reply", "The not-modified reply")
+CALL = Rule(CLIENT, "What happens on a call", "Clients")
+UNMATCHED = Rule(CLIENT, "Not-modified replies that cannot be matched", "Clients")
+PARTITIONS = Rule(CLIENT, "Partitions and sharing", "Clients")
 
 
 @dataclass(frozen=True)
@@ -76,6 +86,11 @@ class Scenario(Generic[Obs]):
     rule: Rule
     kind: Kind
     judge: Callable[[Obs], Judged] = field(repr=False, compare=False)
+    expects: str = ""
+    """What must come back (or, for a client, what it must do), in words: the scenario as another test
+    suite would write it (`mcpcache.check.export`)."""
+    sends: tuple[str, ...] = ()
+    """A server scenario: the probes (`server_rules.PROBES`, by name) whose replies its judge reads."""
 
     def verdict(self, observations: Obs) -> Verdict:
         return Verdict.of(self, self.judge(observations))
@@ -132,12 +147,16 @@ class Subject:
     arguments: Mapping[str, Any] | None
     verdicts: tuple[Verdict, ...]
     note: str = ""
+    revalidated: bool = True
+    """A server's tool: its answer carried a tag and the conditional calls were made with it. False for
+    a tool answered with a block but no tag (nothing to revalidate), or one that failed outright."""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "arguments": dict(self.arguments) if self.arguments is not None else None,
             "note": self.note,
+            "revalidated": self.revalidated,
             "verdicts": [v.to_json() for v in self.verdicts],
         }
 
@@ -152,6 +171,7 @@ class Report:
     subjects: tuple[Subject, ...]
     skipped: tuple[tuple[str, str], ...] = ()
     """(tool, why it was not probed)."""
+    stamping: Stamping = "seen"
 
     def counts(self) -> dict[Status, int]:
         counted: dict[Status, int] = dict.fromkeys(STATUSES, 0)
@@ -164,17 +184,41 @@ class Report:
             yield from subject.verdicts
 
     @property
+    def outcome(self) -> Outcome:
+        """What the run shows. A server conforms only if at least one tool with a tag went through the
+        revalidation scenarios: blocks without tags, or no tool called at all, show nothing either way."""
+        if self.mode == "server" and self.stamping == "none":
+            return "does not implement"
+        if self.counts()["fail"]:
+            return "does not conform"
+        if self.mode == "client":
+            return "conforms" if self.subjects else "does not conform"
+        return "conforms" if any(s.revalidated for s in self.subjects) else "inconclusive"
+
+    @property
+    def exit_status(self) -> int:
+        return EXIT_STATUS[self.outcome]
+
+    @property
     def ok(self) -> bool:
-        """Nothing required failed, and something was checked at all."""
-        counted = self.counts()
-        return counted["fail"] == 0 and bool(self.subjects)
+        return self.outcome == "conforms"
+
+    def untried(self) -> list[str]:
+        """Scenarios that could not be tried on any subject (n/a everywhere), in the suite's order."""
+        seen: dict[str, bool] = {}
+        for verdict in self.verdicts():
+            seen[verdict.scenario] = seen.get(verdict.scenario, False) or verdict.status != "n/a"
+        return [scenario for scenario, tried in seen.items() if not tried]
 
     def to_json(self) -> dict[str, Any]:
         return {
             "mode": self.mode,
             "target": self.target,
             "protocol": self.protocol,
+            "outcome": self.outcome,
+            "exitStatus": self.exit_status,
             "ok": self.ok,
+            "stamping": self.stamping,
             "counts": self.counts(),
             "subjects": [s.to_json() for s in self.subjects],
             "skipped": [{"name": name, "why": why} for name, why in self.skipped],

@@ -14,6 +14,7 @@ import json
 import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import IO, Any, Literal, TextIO, cast
 
 import mcp
@@ -22,10 +23,11 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from mcpcache.bench.wire import CountingTransport, WireLog
-from mcpcache.check.core import Report, Subject, judge_all
-from mcpcache.check.selection import ToolCall, invalid_arguments, select
+from mcpcache.check.core import Report, Stamping, Subject, judge_all
+from mcpcache.check.harvest import find_arguments
+from mcpcache.check.selection import ToolCall, declares_cache, invalid_arguments, select
 from mcpcache.check.server_rules import PROBES, SERVER_SCENARIOS, SKIP, Exchange, Probe, ToolObservations
-from mcpcache.check.wire import RawResult, block_dict, short
+from mcpcache.check.wire import RawResult, block_dict, is_error, short
 from mcpcache.protocol import META_KEY
 
 Era = Literal["auto", "legacy"]
@@ -58,6 +60,8 @@ class Target:
 class CheckOptions:
     calls: tuple[ToolCall, ...] = ()
     """The user's `--tool`s; empty: choose from tools/list."""
+    known_arguments: Mapping[str, Mapping[str, Any]] | None = None
+    """`--args-from`: arguments by tool name, for tools chosen without `--args`."""
     mutations: tuple[ToolCall, ...] = ()
     meta_key: str = META_KEY
     era: Era = "auto"
@@ -155,33 +159,108 @@ async def _run_probes(
     return replace(obs, exchanges=exchanges)
 
 
+class _Run:
+    """One server check's calls and what they showed, kept while the tools are chosen and probed."""
+
+    def __init__(self, client: mcp.Client, log: WireLog, options: CheckOptions) -> None:
+        self.client, self.log, self.options = client, log, options
+        self.observed: list[ToolObservations] = []
+        self.notes: dict[str, str] = {}
+        self.skipped: list[tuple[str, str]] = []
+        self.answers: list[tuple[str, Mapping[str, Any]]] = []
+        """Every successful answer, in order: where arguments for other tools may be found."""
+        self.stamped = False
+        self.answered = False
+
+    def saw(self, tool: str, exchange: Exchange) -> None:
+        result = exchange.result
+        if result is None or is_error(result):
+            return
+        self.answered = True
+        self.answers.append((tool, result))
+        if block_dict(result, self.options.meta_key) is not None:
+            self.stamped = True
+
+    async def discover(self, tool_call: ToolCall, entry: Mapping[str, Any]) -> bool:
+        """Call a read-only tool once: whether its answer carries a cache block (and so is worth probing)."""
+        arguments = tool_call.arguments or {}
+        first = await call(
+            self.client, self.log, tool_call.name, arguments, meta_key=self.options.meta_key,
+            timeout_s=self.options.timeout_s,
+        )  # fmt: skip
+        self.saw(tool_call.name, first)
+        if first.result is None:
+            self.skipped.append((tool_call.name, f"the call failed: {first.error}"))
+        elif is_error(first.result):
+            shown = json.dumps(dict(arguments), sort_keys=True)
+            text = _error_line(first.result)
+            self.skipped.append(
+                (
+                    tool_call.name,
+                    f"called with {shown}, it answered an error ({text}); add --tool {tool_call.name} --args JSON",
+                )
+            )
+        elif block_dict(first.result, self.options.meta_key) is None:
+            self.skipped.append((tool_call.name, "its answer carries no cache block"))
+        else:
+            return True
+        return False
+
+    async def probe(self, tool_call: ToolCall, entry: Mapping[str, Any]) -> None:
+        arguments = dict(tool_call.arguments or {})
+        obs = ToolObservations(
+            tool=tool_call.name,
+            entry=entry,
+            arguments=arguments,
+            meta_key=self.options.meta_key,
+            invalid_arguments=invalid_arguments(entry.get("inputSchema"), arguments),
+        )
+        before = [p for p in PROBES if p.phase == "before"]
+        obs = await _run_probes(self.client, self.log, obs, before, self.options)
+        for name in ("first", "second"):
+            if (exchange := obs.get(name)) is not None:
+                self.saw(tool_call.name, exchange)
+        self.observed.append(obs)
+
+
+def _error_line(result: Mapping[str, Any]) -> str:
+    content = result.get("content")
+    first = content[0] if isinstance(content, list) and content else None
+    text = first.get("text") if isinstance(first, Mapping) else None
+    return short(" ".join(str(text).split()), 80) if text is not None else "no text"
+
+
 async def check_server(target: Target, options: CheckOptions) -> Report:
     """Run every server scenario against every tool chosen, over one connection."""
     async with connect(target, options.era) as (client, log):
         entries = await list_tools(client)
-        selection = select(entries, options.meta_key, options.calls)
+        selection = select(entries, options.meta_key, options.calls, options.known_arguments)
+        run = _Run(client, log, options)
+        run.skipped.extend(selection.skipped)
         chosen = list(selection.probe)
-        skipped = list(selection.skipped)
         for candidate, entry in selection.candidates:
-            # A read-only tool: its first answer says whether it stamps a cache block.
-            first = await call(client, log, candidate.name, candidate.arguments or {}, meta_key=options.meta_key)
-            if first.result is not None and block_dict(first.result, options.meta_key) is not None:
+            if await run.discover(candidate, entry):
                 chosen.append((candidate, entry))
-            else:
-                skipped.append((candidate.name, "its answer carries no cache block"))
-
-        observed: list[ToolObservations] = []
         for tool_call, entry in chosen:
-            arguments = dict(tool_call.arguments or {})
-            obs = ToolObservations(
-                tool=tool_call.name,
-                entry=entry,
-                arguments=arguments,
-                meta_key=options.meta_key,
-                invalid_arguments=invalid_arguments(entry.get("inputSchema"), arguments),
-            )
-            observed.append(await _run_probes(client, log, obs, [p for p in PROBES if p.phase == "before"], options))
+            await run.probe(tool_call, entry)
 
+        # Tools that need arguments: look for them in what the tools called so far answered.
+        for wanting in selection.wanting:
+            found = find_arguments(wanting.entry.get("inputSchema"), wanting.missing, run.answers)
+            if len(found) < len(wanting.missing):
+                still = tuple(name for name in wanting.missing if name not in found)
+                run.skipped.append(
+                    (wanting.name, wanting.hint() if not found else replace(wanting, missing=still).hint())
+                )
+                continue
+            tool_call = ToolCall(wanting.name, {**wanting.arguments, **{k: f.value for k, f in found.items()}})
+            run.notes[wanting.name] = "arguments found in listing answers: " + "; ".join(
+                f.describe(prop) for prop, f in found.items()
+            )
+            if wanting.declared or await run.discover(tool_call, wanting.entry):
+                await run.probe(tool_call, wanting.entry)
+
+        observed = run.observed
         if options.mutations and observed:
             made: list[str] = []
             for mutation in options.mutations:
@@ -201,8 +280,34 @@ async def check_server(target: Target, options: CheckOptions) -> Report:
             ]
         protocol = client.protocol_version
 
-    subjects = tuple(Subject(obs.tool, obs.arguments, judge_all(SERVER_SCENARIOS, obs)) for obs in observed)
-    return Report("server", target.label, protocol, subjects, tuple(skipped))
+    declared = any(declares_cache(entry, options.meta_key) for entry in entries)
+    stamping: Stamping = "seen" if run.stamped or declared else "none" if run.answered else "unknown"
+    subjects = tuple(
+        Subject(
+            obs.tool,
+            obs.arguments,
+            judge_all(SERVER_SCENARIOS, obs),
+            note=run.notes.get(obs.tool, ""),
+            revalidated=obs.current_tag is not None and obs.get("current") is not None,
+        )
+        for obs in observed
+    )
+    return Report("server", target.label, protocol, subjects, tuple(run.skipped), stamping)
+
+
+def parse_arguments_file(path: Path) -> dict[str, dict[str, Any]]:
+    """`--args-from FILE`: a JSON object of tool name -> arguments object, or a one-line error (ValueError)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"--args-from {path}: {exc.strerror or exc}") from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--args-from {path} is not JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        raise ValueError(f"--args-from {path} must be a JSON object of tool name -> arguments object")
+    return value
 
 
 def parse_arguments(text: str) -> dict[str, Any]:

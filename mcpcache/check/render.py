@@ -13,9 +13,50 @@ from mcpcache.check.core import Report, Status
 STYLE: dict[Status, str] = {"pass": "green", "fail": "bold red", "warn": "yellow", "n/a": "dim", "info": "cyan"}
 
 
+NEEDS_MUTATION = {"mutation": "--mutate", "meta": "--mutate"}
+"""Scenarios that only a mutating call can try, and the option that names one."""
+
+
+def not_implemented_line(report: Report) -> str:
+    called = sorted(
+        {s.name for s in report.subjects} | {name for name, why in report.skipped if "no cache block" in why}
+    )
+    return "does not implement tool-result caching: no answer carried a cache block" + (
+        f" ({', '.join(called)} answered without one)" if called else ""
+    )
+
+
+def outcome_line(report: Report) -> tuple[str, str]:
+    """The closing line and its style."""
+    counts = report.counts()
+    summary = ", ".join(f"{n} {status}" for status, n in counts.items() if n) or "nothing judged"
+    outcome = report.outcome
+    if outcome == "does not implement":
+        return "does not implement tool-result caching", "bold red"
+    if outcome == "inconclusive":
+        untagged = [s.name for s in report.subjects if not s.revalidated]
+        why = "no tool whose answers carry an entity tag could be checked"
+        if untagged:
+            why += f" ({', '.join(untagged)}: no tag to revalidate)"
+        return f"inconclusive: {why}; add the calls named above ({summary})", "bold yellow"
+    if outcome == "does not conform" or report.mode == "client":
+        return f"{outcome}: {summary}", "bold red" if outcome != "conforms" else "bold green"
+    untried = report.untried()
+    line = f"conforms: {summary}"
+    needing = [scenario for scenario in untried if scenario in NEEDS_MUTATION]
+    parts = [", ".join(scenario for scenario in untried if scenario not in NEEDS_MUTATION)]
+    if needing:
+        parts.append(f"{', '.join(needing)} (name a {' and '.join(sorted({NEEDS_MUTATION[s] for s in needing}))} call)")
+    if untried:
+        line += "; not tried: " + "; ".join(part for part in parts if part)
+    return line, "bold green"
+
+
 def render(report: Report, console: Console) -> None:
     where = f"{report.target}" + (f" (protocol {report.protocol})" if report.protocol else "")
     console.print(Text(f"mcpcache check{' --client' if report.mode == 'client' else ''}: {where}", style="bold"))
+    if report.outcome == "does not implement":
+        console.print(Text(not_implemented_line(report), style="bold red"), soft_wrap=True)
     for subject in report.subjects:
         title = subject.name
         if subject.arguments is not None:
@@ -34,13 +75,8 @@ def render(report: Report, console: Console) -> None:
             console.print(subject.note)
     for name, why in report.skipped:
         console.print(Text(f"not checked: {name}: {why}", style="dim"))
-    counts = report.counts()
-    summary = ", ".join(f"{n} {status}" for status, n in counts.items() if n)
-    if not report.subjects:
-        console.print(Text("nothing was checked", style="bold red"))
-    else:
-        outcome = "conforms" if report.ok else "does not conform"
-        console.print(Text(f"{outcome}: {summary}", style="bold green" if report.ok else "bold red"))
+    line, style = outcome_line(report)
+    console.print(Text(line, style=style))
 
 
 def to_json(report: Report) -> str:

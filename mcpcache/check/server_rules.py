@@ -131,26 +131,53 @@ class Probe:
     """None: an ordinary call."""
     invalid: bool = False
     """Send arguments the tool's input schema refuses, to get an error result."""
+    shown: object = None
+    """The `etag` this probe sends, as a suite written elsewhere would describe it (a literal, or a
+    `<placeholder>`); None for an ordinary call."""
 
+
+CURRENT = "<the tag of the second answer>"
+MALFORMED_SHOWN = {
+    "malformed-unquoted": "<that tag with its quotes removed>",
+    "malformed-junk": "<that tag followed by ' x'>",
+    "malformed-number": 12345,
+}
 
 PROBES: tuple[Probe, ...] = (
     Probe("first", "an ordinary call"),
     Probe("second", "the same call again"),
-    Probe("current", "conditional, with the current tag", tag=_current),
-    Probe("wrong", "conditional, with a tag the server never issued", tag=_with_current(lambda tag: OTHER_TAG)),
+    Probe("current", "conditional, with the current tag", tag=_current, shown=CURRENT),
+    Probe(
+        "wrong",
+        "conditional, with a tag the server never issued",
+        tag=_with_current(lambda tag: OTHER_TAG),
+        shown=OTHER_TAG,
+    ),
     *(
-        Probe(name, f"conditional, with a malformed tag ({name[10:]})", tag=_with_current(make))
+        Probe(
+            name,
+            f"conditional, with a malformed tag ({name[10:]})",
+            tag=_with_current(make),
+            shown=MALFORMED_SHOWN[name],
+        )
         for name, make in MALFORMED.items()
     ),
     Probe(
         "other-form",
         "conditional, with the current tag in its other (strong/weak) form",
         tag=_with_current(_other_form),
+        shown="<that tag without W/ if it is weak, with W/ if it is strong>",
     ),
     Probe("error", "an ordinary call with invalid arguments", invalid=True),
-    Probe("error-conditional", "a conditional call with invalid arguments", tag=_current, invalid=True),
+    Probe("error-conditional", "a conditional call with invalid arguments", tag=_current, invalid=True, shown=CURRENT),
     Probe("after", "an ordinary call after the mutating calls", phase="after"),
-    Probe("old-after", "conditional, with the tag from before the mutating calls", phase="after", tag=_current),
+    Probe(
+        "old-after",
+        "conditional, with the tag from before the mutating calls",
+        phase="after",
+        tag=_current,
+        shown=CURRENT,
+    ),
 )
 
 
@@ -532,11 +559,36 @@ def judge_wire_size(obs: ToolObservations) -> Judged:
     return Judged.ok("; ".join(parts))
 
 
+BLOCK_AT = '`_meta["io.modelcontextprotocol/cache"]`'
+
 SERVER_SCENARIOS: tuple[Scenario[ToolObservations], ...] = (
-    Scenario("block", "The cache block is well-formed", BLOCK, "required", judge_block),
-    Scenario("same-tag", "The same call twice gives the same tag", TAG, "required", judge_same_tag),
     Scenario(
-        "ordinary", "An ordinary call never gets not-modified", REPLY, "required", judge_ordinary_never_not_modified
+        "block",
+        "The cache block is well-formed",
+        BLOCK,
+        "required",
+        judge_block,
+        expects=f'each full answer\'s {BLOCK_AT} is an object with `cacheScope` "public" or "private", '
+        "`ttlMs` an integer >= 0 and/or `etag` an entity tag, and no `notModified`",
+        sends=("first", "second"),
+    ),
+    Scenario(
+        "same-tag",
+        "The same call twice gives the same tag",
+        TAG,
+        "required",
+        judge_same_tag,
+        expects="the two answers carry weakly equal tags",
+        sends=("first", "second"),
+    ),
+    Scenario(
+        "ordinary",
+        "An ordinary call never gets not-modified",
+        REPLY,
+        "required",
+        judge_ordinary_never_not_modified,
+        expects="no answer to a call without a tag says `notModified`",
+        sends=("first", "second", "after"),
     ),
     Scenario(
         "not-modified",
@@ -544,20 +596,92 @@ SERVER_SCENARIOS: tuple[Scenario[ToolObservations], ...] = (
         REPLY,
         "required",
         judge_not_modified_shape,
+        expects=f"not an error; {BLOCK_AT} with `notModified: true` and a tag weakly equal to the one sent; "
+        '`content: []`; `structuredContent` exactly `{"kind": K}` (K the answer\'s own string `kind` if it has '
+        "one) when the tool answers with structured content, absent when it does not",
+        sends=("first", "second", "current"),
     ),
     Scenario(
-        "nm-schema", "The not-modified reply passes the output schema", REPLY, "recommended", judge_not_modified_schema
+        "nm-schema",
+        "The not-modified reply passes the output schema",
+        REPLY,
+        "recommended",
+        judge_not_modified_schema,
+        expects="the not-modified reply's `structuredContent` validates against the tool's `outputSchema`",
+        sends=("second", "current"),
     ),
-    Scenario("other-tag", "A tag never issued gets the full answer", REPLY, "required", judge_other_tag),
-    Scenario("malformed-tag", "A malformed tag gets the full answer", REPLY, "required", judge_malformed_tag),
-    Scenario("weak-compare", "The tag in its other form is weakly equal", TAG, "recommended", judge_other_form),
-    Scenario("error", "An error is never stamped nor not-modified", REPLY, "required", judge_error_unstamped),
     Scenario(
-        "nm-size", "The not-modified reply does not grow with the answer", REPLY, "required", judge_not_modified_size
+        "other-tag",
+        "A tag never issued gets the full answer",
+        REPLY,
+        "required",
+        judge_other_tag,
+        expects="the full answer: not an error, no `notModified`",
+        sends=("second", "wrong"),
     ),
     Scenario(
-        "mutation", "After a change, a new tag; the old one gets the full answer", TAG, "required", judge_mutation
+        "malformed-tag",
+        "A malformed tag gets the full answer",
+        REPLY,
+        "required",
+        judge_malformed_tag,
+        expects="the full answer to each: not an error, no `notModified`",
+        sends=("second", *MALFORMED),
     ),
-    Scenario("meta", "The tag covers `_meta`", META_COVERED, "required", judge_meta_covered),
-    Scenario("wire", "Size on the wire", REPLY, "info", judge_wire_size),
+    Scenario(
+        "weak-compare",
+        "The tag in its other form is weakly equal",
+        TAG,
+        "recommended",
+        judge_other_form,
+        expects="a not-modified reply: weak comparison ignores `W/`",
+        sends=("second", "other-form"),
+    ),
+    Scenario(
+        "error",
+        "An error is never stamped nor not-modified",
+        REPLY,
+        "required",
+        judge_error_unstamped,
+        expects="an error result (`isError: true`) with no cache block, to both calls; never `notModified`",
+        sends=("error", "error-conditional"),
+    ),
+    Scenario(
+        "nm-size",
+        "The not-modified reply does not grow with the answer",
+        REPLY,
+        "required",
+        judge_not_modified_size,
+        expects=f"when the full answer's message is over {NOT_MODIFIED_BOUND} bytes on the wire, the not-modified "
+        f"reply's is at most {NOT_MODIFIED_BOUND}",
+        sends=("second", "current"),
+    ),
+    Scenario(
+        "mutation",
+        "After a change, a new tag; the old one gets the full answer",
+        TAG,
+        "required",
+        judge_mutation,
+        expects="when the answer changed, a tag not weakly equal to the old one, and the full answer to the old tag",
+        sends=("second", "after", "old-after"),
+    ),
+    Scenario(
+        "meta",
+        "The tag covers `_meta`",
+        META_COVERED,
+        "required",
+        judge_meta_covered,
+        expects="two answers that differ only in `_meta` (the cache block and serverInfo aside) carry tags that "
+        "are not weakly equal, and the old tag gets the full answer",
+        sends=("first", "second", "after", "old-after"),
+    ),
+    Scenario(
+        "wire",
+        "Size on the wire",
+        REPLY,
+        "info",
+        judge_wire_size,
+        expects="figures only: the full answer, the not-modified reply and what a conditional request adds, in bytes",
+        sends=("second", "current"),
+    ),
 )

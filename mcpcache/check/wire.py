@@ -12,11 +12,7 @@ from typing import Any
 
 from pydantic import RootModel
 
-from mcpcache.etag import parse_etag
-
-SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
-"""Added to every result's `_meta` by the MCP SDK on protocol 2026-07-28, after the tool has answered:
-it describes the server, not the answer, so no tag covers it (docs/protocol.md section 2)."""
+from mcpcache.etag import SERVER_INFO_KEY, parse_etag
 
 
 class RawResult(RootModel[dict[str, Any]]):

@@ -68,3 +68,23 @@ async def test_the_check_reports_jupyters_known_deviations_precisely(jupyter_sta
     assert by_tool["read_notebook"]["meta"].status == "n/a", "read_notebook carries no cell id"
     assert not report.ok
     assert [v.scenario for v in report.verdicts() if v.status == "fail"] == ["meta"]
+
+
+@pytest.mark.slow
+async def test_without_tool_names_the_check_finds_a_notebook_and_says_what_it_could_not_try(
+    jupyter_stack: JupyterStack,
+) -> None:
+    """Its listing tools answer with `ttlMs` and no tag, which shows nothing about revalidation; the check
+    reads the notebook's name from list_notebooks' answer, revalidates read_notebook with it, and says
+    which tools it could not call (read_cell needs an index or id nobody gave) and which scenarios need
+    a mutating call."""
+    report = await check_server(Target.http(jupyter_stack.url), CheckOptions())
+    revalidated = {s.name: s for s in report.subjects if s.revalidated}
+    assert set(revalidated) == {"read_notebook"}, report.to_json()
+    assert revalidated["read_notebook"].arguments == {"notebook_name": "default"}
+    assert "key 'Name' in the answer of list_notebooks" in revalidated["read_notebook"].note
+    untagged = {s.name for s in report.subjects if not s.revalidated}
+    assert {"list_notebooks", "list_files"} <= untagged
+    assert "answered an error" in dict(report.skipped)["read_cell"]
+    assert report.outcome == "conforms"
+    assert {"mutation", "meta"} <= set(report.untried())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mcpcache.check.harvest import find_arguments
 from mcpcache.check.selection import ToolCall, arguments_from_schema, invalid_arguments, select
 from mcpcache.protocol import META_KEY
 
@@ -27,8 +28,59 @@ def test_declared_and_read_only_tools_are_chosen_and_writers_never_called_unaske
     assert [call.name for call, _ in chosen.candidates] == ["reader"], "probed only if its answer carries a block"
     assert dict(chosen.skipped) == {
         "writer": "neither declares a cache block nor is annotated read-only; name it with --tool",
-        "needs_key": "needs arguments (key); give --tool needs_key --args JSON",
     }
+    [wanting] = chosen.wanting
+    assert (wanting.name, wanting.missing, wanting.declared) == ("needs_key", ("key",), True)
+    assert wanting.hint() == (
+        "needs arguments (key) that no schema example or listing answer gave; "
+        """add --tool needs_key --args '{"key": <string>}', or put it in --args-from FILE"""
+    )
+
+
+def test_arguments_from_a_file_go_to_the_tools_chosen_by_default() -> None:
+    entries = [
+        entry("needs_key", KEYED, _meta={META_KEY: {}}),
+        entry("reader", KEYED, annotations={"readOnlyHint": True}),
+    ]
+    chosen = select(entries, META_KEY, known={"needs_key": {"key": "a"}, "reader": {"key": "b"}})
+    assert [(call.name, call.arguments) for call, _ in chosen.probe] == [("needs_key", {"key": "a"})]
+    assert [(call.name, call.arguments) for call, _ in chosen.candidates] == [("reader", {"key": "b"})]
+    assert chosen.wanting == ()
+
+
+def test_arguments_are_found_in_listing_answers() -> None:
+    listing = {
+        "structuredContent": {
+            "kind": "notebooks.list",
+            "items": [{"Name": "default", "Path": "a.ipynb", "Size": 353}],
+        }
+    }
+    schema = {
+        "type": "object",
+        "properties": {
+            "notebook_name": {"type": "string"},
+            "path": {"type": "string"},
+            "size": {"type": "string"},
+            "cell_index": {"type": "integer"},
+        },
+    }
+    found = find_arguments(schema, ["notebook_name", "path", "size", "cell_index"], [("list_notebooks", listing)])
+    # `path` by its own name; `notebook_name` by its last word, since the listing tool names notebooks;
+    # `size` is there but a number, not a string; nothing names a cell index.
+    assert {prop: (f.value, f.key) for prop, f in found.items()} == {
+        "notebook_name": ("default", "Name"),
+        "path": ("a.ipynb", "Path"),
+    }
+    assert found["notebook_name"].describe("notebook_name") == (
+        "notebook_name=\"default\" (key 'Name' in the answer of list_notebooks)"
+    )
+    # The last word alone is not enough: the listing must be about notebooks.
+    assert find_arguments(schema, ["notebook_name"], [("list_kernels", listing)]) == {}
+    # A text block that is JSON is read too, and the first answer that names the property wins.
+    text = {"content": [{"type": "text", "text": '{"files": [{"path": "b.txt"}]}'}]}
+    assert (
+        find_arguments(schema, ["path"], [("list_files", text), ("list_notebooks", listing)])["path"].value == "b.txt"
+    )
 
 
 def test_named_tools_are_exactly_what_is_probed() -> None:

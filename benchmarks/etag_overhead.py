@@ -49,9 +49,9 @@ from mcp.client.stdio import stdio_client
 
 from mcpcache import etag
 from mcpcache.bench.common import machine
-from mcpcache.demo.peers import datalayer_tag
 from mcpcache.bench.wire import CountingTransport, WireLog
 from mcpcache.demo.notebooks import generate_notebook_of_size
+from mcpcache.demo.peers import datalayer_tag
 from mcpcache.demo.server import NotebookFolder, build_demo_server
 from mcpcache.protocol import META_KEY, conditional_request_meta
 from mcpcache.server.fastmcp import install

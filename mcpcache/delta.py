@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import orjson
@@ -181,6 +181,72 @@ def _same(a: Any, b: Any) -> bool:
     return a is b or (a == b and _strictly_equal(a, b))
 
 
+def _same_serialized(a: Any, b: Any) -> bool:
+    """`_same` by the compact JSON bytes first: equal bytes are equal JSON, types and all; unequal bytes
+    may still be equal JSON (members in another order, or no JSON form), which `_same` then decides."""
+    if a is b:
+        return True
+    try:
+        if orjson.dumps(a) == orjson.dumps(b):
+            return True
+    except orjson.JSONEncodeError:
+        pass
+    return _same(a, b)
+
+
+def _agreeing(old: list[Any], new: list[Any], old_at: int, new_at: int, limit: int, direction: int) -> int:
+    """How many elements from `old_at`, `new_at` (forward, or backward from those ends) serialize to the
+    same bytes, up to `limit`: runs of elements serialized in one call each, doubling while they agree
+    and halving where they do not, so a table of thousands of rows costs a few C passes, not a Python
+    step per row. Elements after the run may still be equal (members in another order): the caller
+    goes on one by one."""
+    done, step = 0, 16
+    try:
+        while done < limit:
+            size = min(step, limit - done)
+            if direction > 0:
+                here, there = old[old_at + done : old_at + done + size], new[new_at + done : new_at + done + size]
+            else:
+                here, there = old[old_at - done - size : old_at - done], new[new_at - done - size : new_at - done]
+            if orjson.dumps(here) == orjson.dumps(there):
+                done += size
+                step *= 2
+            elif size == 1:
+                break
+            else:
+                step = size // 2
+    except orjson.JSONEncodeError:
+        pass
+    return done
+
+
+_SMALL_VALUES: Final = 48
+"""Below this many bytes of JSON per value, an element is made of many small values (a table's row), and
+comparing serialized bytes (a C pass) beats `==` plus a Python step per value; above it (long strings:
+notebook cells), `==` alone touches the bytes and the walk has few values to step through."""
+
+
+def _equality_for(items: list[Any]) -> Callable[[Any, Any], bool]:
+    """The cheaper exact equality for an array's elements, judged on its first element."""
+    if len(items) < 16 or not items or type(items[0]) not in (dict, list):
+        return _same
+    sample = items[0]
+    values = 0
+    stack = [sample]
+    while stack and values < 1024:
+        item = stack.pop()
+        values += 1
+        if type(item) is dict:
+            stack.extend(item.values())
+        elif type(item) is list:
+            stack.extend(item)
+    try:
+        size = len(orjson.dumps(sample))
+    except orjson.JSONEncodeError:
+        return _same
+    return _same_serialized if size < _SMALL_VALUES * values else _same
+
+
 def _json_equal(a: Any, b: Any) -> bool:
     """RFC 6902 4.6 equality for `test`: numbers by value (1 equals 1.0), a boolean only a boolean."""
     if a != b:
@@ -300,26 +366,30 @@ class _Differ:
             self.size, self.rewritten = size, rewritten
             self.emit(op)
 
-    def value(self, old: Any, new: Any, path: str) -> None:
-        """Ops for one value: containers and strings handle their own equality; scalars are compared here."""
+    def value(self, old: Any, new: Any, path: str) -> bool:
+        """Ops for one value; True when they replace it whole.
+
+        Containers are not compared with `==` before their members are: on the path to a change that
+        would compare everything before the change twice. An object compares member by member, an array
+        element by element (with `==` in C on each), so an equal container costs one pass too."""
         kind = type(old)
         if kind is type(new):
             if kind is dict:
                 self.object(old, new, path)
-                return
+                return False
             if kind is list:
                 self.array(old, new, path)
-                return
+                return False
             if kind is str:
                 if old != new:
                     self.string(old, new, path)
-                return
-        if not _same(old, new):
-            self.emit({"op": "replace", "path": path, "value": new})
+                return False
+        if _same(old, new):
+            return False
+        self.emit({"op": "replace", "path": path, "value": new})
+        return True
 
     def object(self, old: dict[str, Any], new: dict[str, Any], path: str) -> None:
-        if _same(old, new):
-            return
         since = self.mark()
         whole = 0
         for key in old:
@@ -327,31 +397,23 @@ class _Differ:
                 self.emit({"op": "remove", "path": f"{path}/{_escape(key)}"})
                 whole += 1
         for key, value in new.items():
-            child = f"{path}/{_escape(key)}"
-            if key not in old:
-                self.emit({"op": "add", "path": child, "value": value})
-                whole += 1
-                continue
-            held = old[key]
-            kind = type(held)
-            if kind is type(value) and (kind is dict or kind is list or kind is str):
-                self.value(held, value, child)
-            elif not _same(held, value):
-                self.emit({"op": "replace", "path": child, "value": value})
+            if key in old:
+                whole += self.value(old[key], value, f"{path}/{_escape(key)}")
+            else:
+                self.emit({"op": "add", "path": f"{path}/{_escape(key)}", "value": value})
                 whole += 1
         if whole > _WHOLE_MIN and 2 * whole > len(new):
             self.replace_if_smaller(since, new, path)
 
     def array(self, old: list[Any], new: list[Any], path: str) -> None:
-        if _same(old, new):
-            return
         old_len, new_len = len(old), len(new)
         shortest = min(old_len, new_len)
-        start = 0
-        while start < shortest and _same(old[start], new[start]):
+        same = _equality_for(old)
+        start = _agreeing(old, new, 0, 0, shortest, 1) if same is _same_serialized else 0
+        while start < shortest and same(old[start], new[start]):
             start += 1
-        tail = 0
-        while tail < shortest - start and _same(old[old_len - 1 - tail], new[new_len - 1 - tail]):
+        tail = _agreeing(old, new, old_len, new_len, shortest - start, -1) if same is _same_serialized else 0
+        while tail < shortest - start and same(old[old_len - 1 - tail], new[new_len - 1 - tail]):
             tail += 1
         old_run, new_run = old[start : old_len - tail], new[start : new_len - tail]
         since = self.mark()
@@ -392,14 +454,8 @@ class _Differ:
             paired = [*old[:at], *old[at + deleted :]]
             whole += deleted
         for index, (held, value) in enumerate(zip(paired, new, strict=True)):
-            if held is value:
-                continue
-            kind = type(held)
-            if kind is type(value) and (kind is dict or kind is list or kind is str):
-                self.value(held, value, f"{path}/{base + index}")
-            elif not _same(held, value):
-                self.emit({"op": "replace", "path": f"{path}/{base + index}", "value": value})
-                whole += 1
+            if held is not value:
+                whole += self.value(held, value, f"{path}/{base + index}")
         return whole
 
     def string(self, old: str, new: str, path: str) -> None:
@@ -453,17 +509,39 @@ class _Differ:
 
 
 def _similarity(a: Any, b: Any) -> float:
-    """How alike two array elements are, from 0 to 1, cheaply: objects by the share of equal members (a
-    notebook cell renumbered is still its cell), anything else all or nothing. Only steers alignment."""
+    """How alike two array elements are, from 0 to 1, cheaply: objects by the share of members that look
+    alike (a notebook cell renumbered is still its cell), anything else all or nothing. Only steers the
+    alignment, so it may be wrong at no cost but size: the ops are exact whatever it says."""
     if a is b:
         return 1.0
     if type(a) is dict and type(b) is dict:
         if not a or not b:
             return 1.0 if a == b else 0.0
         missing = _MISSING
-        alike = sum(1 for key, value in a.items() if (other := b.get(key, missing)) is value or other == value)
+        alike = 0
+        for key, value in a.items():
+            other = b.get(key, missing)
+            if other is value or _looks_alike(value, other):
+                alike += 1
         return alike / max(len(a), len(b))
-    return 1.0 if a == b else 0.0
+    return 1.0 if _looks_alike(a, b) else 0.0
+
+
+def _looks_alike(a: Any, b: Any) -> bool:
+    """Equal, or so nearly that comparing further is not worth it: long strings by length and ends,
+    containers by length. Constant time, whatever their size."""
+    kind = type(a)
+    if kind is not type(b):
+        return False
+    if kind is str:
+        text: str = a
+        other: str = b
+        if len(text) != len(other):
+            return False
+        return text == other if len(text) <= 64 else text[:32] == other[:32] and text[-32:] == other[-32:]
+    if kind is list or kind is dict:
+        return len(a) == len(b)
+    return bool(a == b)
 
 
 _MISSING: Final = object()
@@ -506,33 +584,48 @@ def _resync(old: str, new: str, i: int, old_end: int, j: int, new_end: int) -> t
     code points the lookups scanned."""
     scanned = 0
     for gap, window in _LEVELS:
-        found: list[tuple[int, int]] = []
-        # An anchor from `new` found in `old` catches deletions (the old run is the longer); one from
-        # `old` found in `new`, insertions.
-        for anchor_at, anchored_end, source, target, target_start, target_end, flip in (
-            (j + gap, new_end, new, old, i, old_end, False),
-            (i + gap, old_end, old, new, j, new_end, True),
-        ):
-            if anchor_at + _ANCHOR > anchored_end:
-                continue
-            anchor = source[anchor_at : anchor_at + _ANCHOR]
-            stop = min(target_end, target_start + window + gap + _ANCHOR)
-            scanned += stop - target_start
-            at = target_start
-            for _ in range(3):
-                hit = target.find(anchor, at, stop)
-                if hit < 0:
-                    break
-                pair = (anchor_at, hit) if flip else (hit, anchor_at)
-                after_old, after_new = pair[0] + _ANCHOR, pair[1] + _ANCHOR
-                wanted = min(_CONFIRM, old_end - after_old, new_end - after_new)
-                if _prefix_len(old, new, after_old, after_new, wanted) == wanted:
-                    found.append(pair)
-                    break
-                at = hit + 1
-        if found:
-            return min(found, key=lambda pair: pair[0] - i + pair[1] - j), scanned
+        # An anchor from `new` looked up in `old` catches deletions and substitutions (the old run is as
+        # long or longer); one from `old` looked up in `new`, insertions.
+        deleted = None
+        at = j + gap
+        if at + _ANCHOR <= new_end:
+            stop = min(old_end, i + window + gap + _ANCHOR)
+            scanned += stop - i
+            hit = _anchored(new, old, at, i, stop, new_end, old_end)
+            if hit >= 0:
+                if hit - i <= gap:
+                    return (hit, at), scanned  # nothing at this level can be nearer
+                deleted = (hit, at)
+        inserted = None
+        at = i + gap
+        if at + _ANCHOR <= old_end:
+            stop = min(new_end, j + window + gap + _ANCHOR)
+            scanned += stop - j
+            hit = _anchored(old, new, at, j, stop, old_end, new_end)
+            if hit >= 0:
+                inserted = (at, hit)
+        if deleted is not None and (inserted is None or deleted[0] - i + gap <= inserted[1] - j + gap):
+            return deleted, scanned
+        if inserted is not None:
+            return inserted, scanned
     return None, scanned
+
+
+def _anchored(source: str, target: str, at: int, start: int, stop: int, source_end: int, target_end: int) -> int:
+    """Where in `target[start:stop]` the anchor `source[at:at + _ANCHOR]` is found with the strings agreeing
+    for `_CONFIRM` more code points after it (or to the end of a run); -1 when not among the first few
+    places it occurs."""
+    anchor = source[at : at + _ANCHOR]
+    after = at + _ANCHOR
+    for _ in range(3):
+        hit = target.find(anchor, start, stop)
+        if hit < 0:
+            return -1
+        wanted = min(_CONFIRM, source_end - after, target_end - hit - _ANCHOR)
+        if target.startswith(source[after : after + wanted], hit + _ANCHOR):
+            return hit
+        start = hit + 1
+    return -1
 
 
 def _prefix_len(a: str, b: str, i: int, j: int, limit: int) -> int:

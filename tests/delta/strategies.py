@@ -226,3 +226,41 @@ def notebook_pairs(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
                 st.lists(st.builds(lambda text: {"output_type": "stream", "text": text}, texts))
             )
     return notebook_answer(before), notebook_answer(after)
+
+
+# Tables -------------------------------------------------------------------------------------------
+
+row_values = st.one_of(st.sampled_from([0, 1, 0.0, -0.0, 1.0, True, False, None]), st.integers(-5, 5), short_text)
+
+
+@st.composite
+def rows(draw: st.DrawFn) -> dict[str, Any]:
+    return {key: draw(row_values) for key in ("id", "name", "v", "ok")}
+
+
+@st.composite
+def table_pairs(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A table answer (rows of small values, the shape compared by serialized bytes) before and after:
+    rows inserted, deleted or changed (often to a value Python's == holds equal), or a row's members
+    reordered (equal JSON, different bytes)."""
+    before = draw(st.lists(rows(), min_size=16, max_size=60))
+    after = copy.deepcopy(before)
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(["insert", "delete", "change", "retype", "reorder"]))
+        at = draw(st.integers(0, len(after) - 1))
+        if kind == "insert":
+            after.insert(at, draw(rows()))
+        elif kind == "delete" and len(after) > 1:
+            del after[at]
+        elif kind == "change":
+            after[at][draw(st.sampled_from(sorted(after[at])))] = draw(row_values)
+        elif kind == "retype":
+            key = draw(st.sampled_from(sorted(after[at])))
+            after[at][key] = _other_type(draw, after[at][key])
+        else:
+            after[at] = dict(reversed(list(after[at].items())))
+
+    def answer(table: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"content": [], "structuredContent": {"rows": table}}
+
+    return answer(before), answer(after)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import mcp_types as mt
@@ -86,3 +87,16 @@ def test_a_delta_between_two_answers_gives_the_second() -> None:
 def test_result_of_refuses_what_is_not_an_answer(document: Any, message: str) -> None:
     with pytest.raises(DeltaError, match=message):
         result_of(document)
+
+
+def test_the_engine_imports_no_half_of_mcpcache() -> None:
+    """The engine is core: the client, server, gateway and proxy wrap it, so it imports none of them."""
+    import ast
+
+    import mcpcache.delta
+
+    tree = ast.parse(Path(mcpcache.delta.__file__).read_text(encoding="utf-8"))
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    assert {name for name in imported if name.startswith("mcpcache")} <= {"mcpcache.etag", "mcpcache.protocol"}
+    assert not {name.split(".")[0] for name in imported} & {"jsonpatch", "jsonpointer", "fastmcp"}

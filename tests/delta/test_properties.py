@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from delta.strategies import documents, edited_pairs, json_values, notebook_pairs
+from delta.strategies import documents, edited_pairs, json_values, notebook_pairs, table_pairs
 from mcpcache.delta import DeltaError, apply, diff
 
 property_test = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -72,6 +72,15 @@ def test_notebook_edits_round_trip(pair: tuple[dict[str, Any], dict[str, Any]]) 
 
 
 @property_test
+@given(table_pairs())
+def test_table_edits_round_trip(pair: tuple[dict[str, Any], dict[str, Any]]) -> None:
+    """Rows of small values are compared by their serialized bytes first: a row whose members were only
+    reordered is equal, and one whose 1 became true or 1.0 is not."""
+    old, new = pair
+    assert_round_trip(old, new)
+
+
+@property_test
 @given(edited_pairs(), st.integers(0, 4000))
 def test_the_size_bound_is_kept(pair: tuple[dict[str, Any], dict[str, Any]], max_bytes: int) -> None:
     old, new = pair
@@ -90,7 +99,7 @@ def test_an_unchanged_document_needs_no_ops(document: dict[str, Any]) -> None:
 
 
 @property_test
-@given(edited_pairs() | notebook_pairs(), st.data())
+@given(edited_pairs() | notebook_pairs() | table_pairs(), st.data())
 def test_a_flipped_byte_is_caught_or_harmless(pair: tuple[dict[str, Any], dict[str, Any]], data: st.DataObject) -> None:
     """A delta damaged on the way either fails to parse, fails to apply (DeltaError), or applies to some
     document; the client tells that one from the new answer by its digest. No other exception, ever."""

@@ -6,7 +6,9 @@ answer is about 10 MB). Three changes, each between two real reads:
 
 - edit: a real `edit_cell` of a cell in the middle (its source grows by a line);
 - insert: a code cell inserted in the middle of the file (every later cell is renumbered);
-- delete: a cell deleted from the middle of the file (the same renumbering the other way).
+- delete: a cell deleted from the middle of the file (the same renumbering the other way);
+- table: not a notebook but the other common shape, an answer of many small values: 5,000 rows of eight
+  fields (seeded, about 1.2 MB with its JSON text), one value of one row in the middle changed.
 
 For each change, in rounds that interleave every measurement (the machine is shared and noisy, so each
 round's times are divided by that round's `orjson.dumps` of the full document and the ratios are what to
@@ -35,6 +37,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import random
 import statistics
 import sys
 import tempfile
@@ -95,6 +98,32 @@ async def answers(directory: Path) -> dict[str, tuple[dict[str, Any], dict[str, 
         fourth = await read()
         pairs["delete"] = (document_of(third), document_of(fourth))
     return pairs
+
+
+def table_answers() -> tuple[dict[str, Any], dict[str, Any]]:
+    rng = random.Random(42)
+    rows = [
+        {
+            "id": index,
+            "name": f"customer-{index}",
+            "region": rng.choice(("north", "south", "east", "west")),
+            "revenue": round(rng.gauss(100, 35), 3),
+            "units": rng.randint(0, 500),
+            "active": rng.random() < 0.5,
+            "churned_at": None,
+            "note": "".join(rng.choices("abcdefgh ", k=rng.randint(0, 24))),
+        }
+        for index in range(5000)
+    ]
+
+    def document(table: list[dict[str, Any]]) -> dict[str, Any]:
+        structured = {"kind": "table", "rows": table}
+        text = orjson.dumps(structured).decode()
+        return {"content": [{"type": "text", "text": text}], "structuredContent": structured}
+
+    changed = [dict(row) for row in rows]
+    changed[2500]["revenue"] = 1.5
+    return document(rows), document(changed)
 
 
 def best_of(fn: Callable[[], object], inner: int) -> float:
@@ -161,7 +190,8 @@ def summary(values: list[float]) -> dict[str, float]:
 
 def render(results: dict[str, dict[str, Any]], rounds: int, inner: int, out: Any) -> None:
     about = machine(("mcpcache", "orjson", "jsonpatch", "jsonpointer", "fastmcp"))
-    print(f"Delta engine on a ~5 MB notebook answer ({rounds} rounds, best of {inner} per sample)", file=out)
+    title = "Delta engine on a ~5 MB notebook answer and a table"
+    print(f"{title} ({rounds} rounds, best of {inner} per sample)", file=out)
     print(f"{about['cpu']}, {about['cores']} cores, {about['python']}; {about['libraries']}\n", file=out)
     print("| change | full answer | ours: ops, bytes | make_patch: ops, bytes |", file=out)
     print("|---|---:|---:|---:|", file=out)
@@ -196,6 +226,7 @@ def main(argv: list[str] | None = None) -> None:
     rounds, inner = (3, 1) if arguments.quick else (arguments.rounds, arguments.inner)
     with tempfile.TemporaryDirectory() as directory:
         pairs = anyio.run(answers, Path(directory))
+    pairs["table"] = table_answers()
     results = {change: measure(old, new, rounds, inner) for change, (old, new) in pairs.items()}
     render(results, rounds, inner, sys.stdout)
     if arguments.json:

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from delta.strategies import documents, edited_pairs, json_values, notebook_pairs, table_pairs
-from mcpcache.delta import DeltaError, apply, diff
+from mcpcache.delta import DeltaError, apply, diff, result_of
 
 property_test = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -101,8 +101,8 @@ def test_an_unchanged_document_needs_no_ops(document: dict[str, Any]) -> None:
 @property_test
 @given(edited_pairs() | notebook_pairs() | table_pairs(), st.data())
 def test_a_flipped_byte_is_caught_or_harmless(pair: tuple[dict[str, Any], dict[str, Any]], data: st.DataObject) -> None:
-    """A delta damaged on the way either fails to parse, fails to apply (DeltaError), or applies to some
-    document; the client tells that one from the new answer by its digest. No other exception, ever."""
+    """A delta damaged on the way either fails to parse, fails to apply or to make an answer (DeltaError),
+    or gives some answer, which the client tells from the new one by its digest. No other exception, ever."""
     old, new = pair
     ops = diff(old, new, max_bytes=UNBOUNDED)
     assert ops is not None
@@ -116,7 +116,9 @@ def test_a_flipped_byte_is_caught_or_harmless(pair: tuple[dict[str, Any], dict[s
     old_bytes = canonical(old)
     message = None
     try:
-        canonical(apply(old, damaged))  # still a JSON document
+        rebuilt = apply(old, damaged)
+        canonical(rebuilt)  # still a JSON document
+        result_of(rebuilt)  # what the client does next: an answer, or DeltaError
     except DeltaError as exc:
         message = str(exc)
     assert message is None or message

@@ -16,7 +16,7 @@ import pytest
 from mcpcache.delta import apply, diff, document_of, result_of
 from mcpcache.demo.notebooks import generate_notebook_of_size
 from mcpcache.demo.server import build_demo_server
-from mcpcache.etag import content_tag
+from mcpcache.etag import answer_digest, content_tag
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -39,6 +39,10 @@ def delta_between(before: mt.CallToolResult, after: mt.CallToolResult) -> tuple[
     answer = result_of(rebuilt)
     assert answer.structured_content == after.structured_content
     assert content_tag(answer.content, answer.structured_content, answer.meta) == content_tag(
+        after.content, after.structured_content, after.meta
+    )
+    # What the client will check before it serves the answer it built.
+    assert answer_digest(answer.content, answer.structured_content, answer.meta) == answer_digest(
         after.content, after.structured_content, after.meta
     )
     return wire, full

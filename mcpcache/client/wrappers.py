@@ -32,6 +32,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import get_default_environment
 from mcp.shared.exceptions import MCPError
 
+from mcpcache.client import transport_guard
 from mcpcache.client.cache import CallOutcome, ToolCache
 from mcpcache.policy import CacheMode
 
@@ -465,6 +466,7 @@ class CachedSession(_CachedView):
 
 
 def wrap_client(cache: ToolCache, client: Any, *, server_id: str | None = None) -> _CachedView:
+    transport_guard.install()  # one failed HTTP exchange must not end the session the cache calls through
     view = _view_of(cache, client, server_id)
     view._hook_if_connected()
     return view

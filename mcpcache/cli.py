@@ -400,7 +400,7 @@ def gateway(
 
     from mcpcache.bench.common import free_port
     from mcpcache.client.identity import shown_url
-    from mcpcache.gateway.app import build_gateway, open_store
+    from mcpcache.gateway.app import KEEP_ALIVE_S, build_gateway, open_store
 
     serve = settings.gateway
     bound = serve.port or free_port()
@@ -426,7 +426,10 @@ def gateway(
     _say(f"  upstreams: {where}")
     _say(f"  declared: {', '.join(declared) or 'none (every tool passes through untouched)'}")
     _say(f"  store: {store_text}; auth: {settings.auth.kind}")
-    server.run(transport="http", host=serve.host, port=bound, path=serve.path, show_banner=False)
+    keep_alive = {"timeout_keep_alive": KEEP_ALIVE_S}
+    server.run(
+        transport="http", host=serve.host, port=bound, path=serve.path, show_banner=False, uvicorn_config=keep_alive
+    )
 
 
 # -- mcpcache check ------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
+from mcpcache.client import transport_guard
 from mcpcache.client.cache import CallOutcome, ToolCache
 from mcpcache.client.identity import connection_server_id, stdio_server_id, url_server_id
 from mcpcache.policy import CacheMode
@@ -423,6 +424,7 @@ class CachedSession(_CachedView):
 
 
 def wrap_client(cache: ToolCache, client: Any, *, server_id: str | None = None) -> _CachedView:
+    transport_guard.install()  # one failed HTTP exchange must not end the session the cache calls through
     view = _view_of(cache, client, server_id)
     view._hook_if_connected()
     return view

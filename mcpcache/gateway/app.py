@@ -37,7 +37,24 @@ from mcpcache.gateway.middleware import GatewayMiddleware, PartitionCaches
 from mcpcache.server.fastmcp import RevalidationCapability
 from mcpcache.stores.base import Store
 
-__all__ = ["Gateway", "Upstream", "assemble_gateway", "build_auth", "build_gateway", "open_store", "upstream_of"]
+__all__ = [
+    "KEEP_ALIVE_S",
+    "Gateway",
+    "Upstream",
+    "assemble_gateway",
+    "build_auth",
+    "build_gateway",
+    "open_store",
+    "upstream_of",
+]
+
+KEEP_ALIVE_S = 120
+"""How long the gateway keeps a caller's idle HTTP connection open (uvicorn's `timeout_keep_alive`; its
+default is 5 s). Longer than the idle expiry of the connection pools MCP callers use (httpx, under the MCP
+SDK and FastMCP: 5 s; Node's undici: 4 s; Go's net/http: 90 s), so a caller always retires an idle
+connection before the gateway closes it. With uvicorn's 5 s the two expire together, and a request the
+caller sends on a connection in that moment is reset before any answer (the MCP SDK then ends the whole
+session: modelcontextprotocol/python-sdk#3522)."""
 
 STDIO_ERA = "stdio:auto"
 """The era part of store keys for a stdio upstream: one long-lived session, negotiated once (`mode="auto"`)."""

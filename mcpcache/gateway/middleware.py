@@ -53,7 +53,7 @@ from mcpcache.gateway.decisions import (
     partition_of,
     read_upstream,
 )
-from mcpcache.policy import reply_block
+from mcpcache.policy import DEFAULT_MAX_ANSWER_BYTES, reply_block
 from mcpcache.protocol import META_KEY, NotModifiedReply, requested_etag, with_block
 from mcpcache.server.core import (
     AfterBody,
@@ -91,10 +91,12 @@ class PartitionCaches:
         decoded_bytes: int,
         partitions: int,
         keep_stale_s: float = DEFAULT_KEEP_STALE_S,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     ) -> None:
         self.store = store
         self.meta_key = meta_key
         self.decoded_bytes = decoded_bytes
+        self.max_answer_bytes = max_answer_bytes
         self.keep_stale_s = keep_stale_s
         self._caches: LRUCache[str, ToolCache] = LRUCache(maxsize=partitions)
 
@@ -111,6 +113,7 @@ class PartitionCaches:
                 meta_key=self.meta_key,
                 keep_stale_s=self.keep_stale_s,
                 decoded_tier_bytes=self.decoded_bytes,
+                max_answer_bytes=self.max_answer_bytes,
             )
             self._caches[partition] = cache
         return cache

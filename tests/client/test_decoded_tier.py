@@ -213,6 +213,52 @@ async def test_another_writers_version_is_served_not_the_held_copy(backend: Back
         assert (await conn.call("read", K)).outcome.status == "miss"
 
 
+class ReplacingStore(MemoryStore):
+    """A memory store in which another writer replaces an item between the cache's metadata read and the
+    load of its body (`replacement`, applied once, as the load begins)."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock=clock)
+        self.replacement: tuple[str, Item] | None = None
+
+    async def load_many(self, keys: Sequence[str]) -> list[Item | None]:
+        if self.replacement is not None:
+            key, item = self.replacement
+            self.replacement = None
+            assert await self.save(key, item)
+        return await super().load_many(keys)
+
+
+@pytest.mark.parametrize("when", ["fresh", "revalidated"])
+async def test_an_answer_replaced_while_its_body_loads_is_looked_up_again(clock: FakeClock, when: str) -> None:
+    store = ReplacingStore(clock)
+    cache = ToolCache(store, clock=clock, decoded_tier_bytes=0)
+    lab = Lab()
+    async with connect("mcp", ServerTarget.memory(build_lab("sdk", lab)), MODERN, cache, server_id=SERVER_ID) as conn:
+        first = await conn.call("read", K)
+        key = key_of(cache, conn.client.session.protocol_version)
+        item = await store.load(key)
+        assert item is not None
+        if when == "revalidated":
+            clock.advance(6)  # stale: the lookup revalidates, and the body is loaded once the server confirms
+        # Another process stores a stale answer under another tag: it must be judged by its own metadata.
+        assert isinstance(first.result.structured_content, dict)
+        other = first.result.model_copy(
+            update={"structured_content": {**first.result.structured_content, "text": "other"}}
+        )
+        meta = {**item.meta, "etag": 'W/"0000"', "receivedAt": clock() - 60}
+        replaced = Item(
+            meta, encode_result(other), item.group, item.created_at, item.expires_at, 'W/"0000"', item.stamp
+        )
+        store.replacement = (key, replaced)
+        call = await conn.call("read", K)
+        assert call.outcome.status == "miss"  # looked up again: stale under its tag, which the server does not confirm
+        assert_pristine(call.result)
+        assert lab.runs("read", "k") == (2 if when == "fresh" else 3)
+        # The other writer's entry was replaced by the newer answer, never removed for being unservable.
+        assert (await conn.call("read", K)).outcome.status == "fresh_hit"
+
+
 async def test_a_body_corrupted_underneath_a_held_answer_serves_the_held_version(tmp_path: Path) -> None:
     backend = sqlite_backend(tmp_path / "cache.db")
     assert backend.clock is not None

@@ -382,6 +382,7 @@ class ToolCache:
             _remember(self._variants, (conn.server_id, conn.era, variant), None)
 
         deadline = None if conn.timeout_s is None else anyio.current_time() + conn.timeout_s
+        replaced = 0
         while True:
             landed = self._flights.landed(key)
             looked = await self._look(identity, key, mode)
@@ -389,8 +390,9 @@ class ToolCache:
                 served = await self._serve_fresh(looked)
                 if not isinstance(served, _Unserved):
                     return self._finish(identity, *served)
-                if served is _Unserved.GONE:
-                    continue
+                replaced += served is _Unserved.GONE
+                if served is _Unserved.GONE and replaced < _LOOKS_AFTER_A_REPLACEMENT:
+                    continue  # another writer's version: judged by its own metadata
                 looked = await self._unserved(looked, served)
             shareable = False
             if mode == "use":
@@ -736,6 +738,9 @@ class ToolCache:
 
 
 _MAX_REMEMBERED = 4096
+
+_LOOKS_AFTER_A_REPLACEMENT = 3
+"""Lookups a call makes while other writers keep replacing the entry under it, before it is a miss."""
 
 
 def _remember(memory: dict[K, V], key: K, value: V) -> None:

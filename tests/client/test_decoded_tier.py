@@ -116,9 +116,16 @@ async def test_followers_changes_never_reach_each_other_or_a_later_serve(
     cache = ToolCache(opened, clock=clock)
     lab = Lab()
     async with connect("mcp", ServerTarget.memory(build_lab("sdk", lab)), MODERN, cache, server_id=SERVER_ID) as conn:
+        gated = CallIdentity(SERVER_ID, cache.partition, MODERN, "gated", {"key": key}).key("private")
+
+        def all_joined() -> bool:
+            # The eleven others wait for the one sent (a store's I/O must not leave any of them behind).
+            flight = cache._flights.current(gated)
+            return flight is not None and flight.waiting == 11
+
         for wave in ("miss", "revalidated"):
             mark = conn.mark()
-            calls = await all_at_once(conn, lab, [{"key": key}] * 12)
+            calls = await all_at_once(conn, lab, [{"key": key}] * 12, ready=all_joined)
             assert conn.tool_calls(mark) == 1
             assert {c.outcome.status for c in calls} == {wave}
             assert sum(c.outcome.coalesced for c in calls) == 11

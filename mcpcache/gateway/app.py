@@ -35,6 +35,7 @@ from mcpcache.gateway.config import (
     UpstreamSettings,
 )
 from mcpcache.gateway.decisions import Route
+from mcpcache.gateway.memory import ReleaseMemoryAfterLargeAnswers
 from mcpcache.gateway.middleware import GatewayMiddleware, PartitionCaches
 from mcpcache.policy import DEFAULT_MAX_ANSWER_BYTES
 from mcpcache.server.fastmcp import RevalidationCapability
@@ -222,5 +223,6 @@ def assemble_gateway(
         routes, caches=caches, partition_by=config.auth.partition_by, meta_key=config.gateway.meta_key
     )
     server.middleware.insert(0, middleware)
+    server.middleware.insert(0, ReleaseMemoryAfterLargeAnswers())
     server.add_extension(RevalidationCapability(config.gateway.meta_key))
     return server

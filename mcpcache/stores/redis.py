@@ -806,14 +806,13 @@ class RedisStore(Store):
         return self._idle_arg
 
     async def _call(self, op: str, *args: bytes | str | int, moving: int = 0) -> Any:
-        """One script run, bounded by the socket timeout and the time `moving` bytes of body are allowed."""
+        """One script run, bounded by the socket timeout and the time `moving` bytes of body are allowed (the
+        policy read that may come first is a command of its own, bounded by its own timeout)."""
         self._check_circuit()
-
-        async def run() -> Any:
-            idle = await self._idle()
-            return await self._script(keys=[self._prefix + "u"], args=[self._prefix, op, idle, *args])
-
-        return await self._bounded(run(), moving)
+        idle = await self._bounded(self._idle())
+        return await self._bounded(
+            self._script(keys=[self._prefix + "u"], args=[self._prefix, op, idle, *args]), moving
+        )
 
     async def _bounded(self, step: Awaitable[T], moving: int = 0) -> T:
         """`step` within the store's timeout for `moving` bytes; a step that overruns it trips the circuit.

@@ -69,6 +69,12 @@ async def test_a_large_save_on_a_frozen_redis_waits_for_its_length_then_the_circ
         assert loaded.body == body
 
 
+def test_a_budget_per_mb_is_a_number_of_seconds() -> None:
+    for bad in (-1, float("inf"), True, "0.05"):
+        with pytest.raises(ValueError, match="seconds_per_mb"):
+            RedisStore("redis://127.0.0.1:1/0", seconds_per_mb=bad)  # type: ignore[arg-type]
+
+
 async def test_a_killed_redis_fails_fast_and_recovers(own_redis_server: RedisServer) -> None:
     async with RedisStore(own_redis_server.url, namespace="killed") as store:
         await store.save("k", Item({}, b"body", "g"))

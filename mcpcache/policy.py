@@ -39,12 +39,20 @@ class EntryMeta:
     time makes the entry stale."""
     received_at: float
     size: int
-    """Bytes of the stored answer: what a fresh hit saves on the wire."""
+    """Bytes of the answer as sent (its JSON, encoded plainly): what a fresh hit saves on the wire."""
     arguments: str = ""
     """The call's arguments as a person reads them, abbreviated (never part of any decision)."""
     marks: tuple[str, ...] = ()
     """The store keys of the marks that can end this entry's freshness (its server's and its call's), so that
     a reader of the store (`mcpcache cache ls`) judges freshness as the cache does."""
+    stored: int = 0
+    """Bytes of the stored body (what loading it moves), when it differs from `size`: an answer whose text
+    repeats its structured content is stored with that text once (`mcpcache.client.entries`)."""
+
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes of the stored body, as the save recorded them (records without `stored` kept it plain)."""
+        return self.stored or self.size
 
     def fresh_until(self) -> float:
         return self.received_at + self.ttl_ms / 1000
@@ -60,6 +68,7 @@ class EntryMeta:
             "size": self.size,
             "args": self.arguments,
             "marks": list(self.marks),
+            **({"stored": self.stored} if self.stored else {}),
         }
 
     @classmethod
@@ -77,8 +86,8 @@ class EntryMeta:
             return None
         # Absent from entries an earlier version stored: those are read as they were. (Read on every lookup:
         # the checks are the cheapest that still refuse a wrong shape.)
-        arguments, marks = raw.get("args", ""), raw.get("marks")
-        if type(arguments) is not str:
+        arguments, marks, stored = raw.get("args", ""), raw.get("marks"), raw.get("stored", 0)
+        if type(arguments) is not str or not _is_count(stored):
             return None
         kept: tuple[str, ...] = ()
         if marks is not None:
@@ -87,7 +96,7 @@ class EntryMeta:
             kept = tuple(marks)
             if not all(type(mark) is str for mark in kept):
                 return None
-        return cls(tool, scope, ttl, etag, float(requested), float(received), size, arguments, kept)
+        return cls(tool, scope, ttl, etag, float(requested), float(received), size, arguments, kept, stored)
 
 
 def _is_count(value: object) -> TypeGuard[int]:
@@ -244,6 +253,33 @@ def decide_reply(
     verb = "replaced" if entry is not None else "stored"
     tagged = "tagged" if meta.etag else "no tag"
     return StoreAnswer(meta, f"{verb}: {block.cache_scope}, ttl {meta.ttl_ms} ms, {tagged}")
+
+
+DEFAULT_MAX_ANSWER_BYTES = 64 * 1024 * 1024
+"""The largest answer the tool cache stores, in stored bytes (`ToolCache(max_answer_bytes=...)`)."""
+
+
+def readable_bytes(value: int) -> str:
+    """A size as a person reads it: 512 B, 3.5 KiB, 92.0 MiB, 1.2 GiB."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if value >= size:
+            return f"{value / size:.1f} {unit}".replace(".0 ", " ")
+    return f"{value} B"
+
+
+def decide_size(stored_bytes: int, max_answer_bytes: int, *, at_least: bool = False) -> ReturnUnstored | None:
+    """Whether an answer a `StoreAnswer` decision would keep is too large to keep (None: it is not).
+
+    Past the bound it is passed to the caller as it came and neither stored nor held decoded: what a store
+    can hold, and how long saving or loading may take (the deadlines grow with the bytes, up to this bound),
+    must stay bounded whatever a server sends. The stored entry it supersedes goes, so the call is not
+    later served an older answer as fresh. `at_least`: the size is a lower bound, known without encoding.
+    """
+    if stored_bytes <= max_answer_bytes:
+        return None
+    size = f"{'at least ' if at_least else ''}{readable_bytes(stored_bytes)}"
+    why = f"not stored: the answer is {size} as stored, above max_answer_bytes ({readable_bytes(max_answer_bytes)})"
+    return ReturnUnstored(drop_entry=True, reason=why)
 
 
 def may_serve(entry: EntryMeta, arm: Arm, share_public: bool) -> bool:

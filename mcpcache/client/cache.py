@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
+from enum import Enum
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, assert_never, cast, overload
 
@@ -28,20 +29,28 @@ from mcpcache.client.entries import (
     TOOLS_GROUP,
     Found,
     decode_result,
+    encode_entry,
     encode_result,
     entry_item,
     mark_item,
     merged,
+    stored_size_at_least,
 )
-from mcpcache.client.fence import DEFAULT_STORE_COOLDOWN_S, DEFAULT_STORE_DEADLINE_S, FencedStore
+from mcpcache.client.fence import (
+    DEFAULT_STORE_COOLDOWN_S,
+    DEFAULT_STORE_DEADLINE_S,
+    DEFAULT_STORE_SECONDS_PER_MB,
+    FencedStore,
+)
 from mcpcache.client.flights import Flights
 from mcpcache.client.outcomes import CacheStats, CallOutcome, Status
-from mcpcache.client.tier import DEFAULT_DECODED_TIER_BYTES, DecodedTier, copy_result, hold
+from mcpcache.client.tier import DecodedTier, copy_result, hold
 from mcpcache.etag import CanonicalizationError
 from mcpcache.keys import Arm, CallIdentity, readable_server
 from mcpcache.paths import default_store
 from mcpcache.policy import (
     CACHE_MODES,
+    DEFAULT_MAX_ANSWER_BYTES,
     CacheMode,
     EntryMeta,
     Fetch,
@@ -56,6 +65,7 @@ from mcpcache.policy import (
     decide_join,
     decide_lookup,
     decide_reply,
+    decide_size,
     ends_freshness,
     freshness_ended_at,
     may_serve,
@@ -120,6 +130,17 @@ def _unanswerable(name: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
 
+class _Unserved(Enum):
+    """Why a stored answer chosen from its metadata was not served after all."""
+
+    UNREADABLE = "the stored answer could not be read"
+    """Its body does not decode: it goes."""
+    GONE = "the stored answer changed or went while its body was loaded"
+    """Another writer replaced or removed it (or the store dropped it as corrupt): look again."""
+    STORE_FAILED = "the store did not hand over the stored answer"
+    """The load failed or missed its deadline: a miss, and the entry stays."""
+
+
 class _Looked:
     """What one lookup found, when freshness last ended, and what the policy says to do."""
 
@@ -140,10 +161,16 @@ class ToolCache:
     trusted: believe the server's readOnlyHint annotations (then calls to tools not marked read-only end
         the freshness of that server's entries in this partition).
     keep_stale_s: how long a tagged entry is kept after it goes stale, for cheap revalidation.
-    store_deadline_s: the longest a call waits on any one store operation; a store that does not answer in
-        time is a miss, and is not asked again for `store_cooldown_s`.
+    store_deadline_s: the longest a call waits on any one store operation that moves no body; a store that
+        does not answer in time is a miss, and is not asked again for `store_cooldown_s`.
+    store_deadline_per_mb_s: what a store operation that moves a body may take on top of that, per MB
+        (10^6 bytes) of the stored body: a save, or the load of an answer to serve (counted up to
+        `max_answer_bytes`).
+    max_answer_bytes: the largest answer kept, in stored bytes; a larger one is passed to the caller and
+        neither stored nor held decoded (its outcome says so).
     decoded_tier_bytes: how many bytes of stored answers (counted as stored) this process keeps decoded in
-        front of the store (see `mcpcache.client.tier`); 0 keeps none. Every serve is a private copy.
+        front of the store (see `mcpcache.client.tier`); 0 keeps none; None (the default) is
+        `max_answer_bytes`, so any answer the cache stores can be held. Every serve is a private copy.
     """
 
     def __init__(
@@ -157,13 +184,18 @@ class ToolCache:
         keep_stale_s: float = DEFAULT_KEEP_STALE_S,
         store_deadline_s: float = DEFAULT_STORE_DEADLINE_S,
         store_cooldown_s: float = DEFAULT_STORE_COOLDOWN_S,
-        decoded_tier_bytes: int = DEFAULT_DECODED_TIER_BYTES,
+        store_deadline_per_mb_s: float = DEFAULT_STORE_SECONDS_PER_MB,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+        decoded_tier_bytes: int | None = None,
         clock: Clock = time.time,
     ) -> None:
         if not isinstance(partition, str):
             raise TypeError("partition must be a string")
         if keep_stale_s < 0:
             raise ValueError("keep_stale_s must be >= 0")
+        if isinstance(max_answer_bytes, bool) or not isinstance(max_answer_bytes, int) or max_answer_bytes < 1:
+            raise ValueError(f"max_answer_bytes must be an int >= 1, got {max_answer_bytes!r}")
+        self.max_answer_bytes = max_answer_bytes
         self.store = store if store is not None else default_store("tools.db")
         self._owns_store = store is None
         """`close()` closes only a store this cache opened itself (the default one)."""
@@ -174,11 +206,12 @@ class ToolCache:
         self.keep_stale_s = keep_stale_s
         self.clock = clock
         self.stats = CacheStats()
-        self._tier = DecodedTier(decoded_tier_bytes)
+        self._tier = DecodedTier(max_answer_bytes if decoded_tier_bytes is None else decoded_tier_bytes)
         self._flights = Flights()
-        self._validated: LRUCache[tuple[str, str, int], None] = LRUCache(maxsize=4096)
+        self._validated: LRUCache[tuple[str, str, str], None] = LRUCache(maxsize=4096)
         """Stored answers this process has already checked against the client's output schemas, by (key,
-        tag, size): a revalidated answer is checked the first time it is served here, not every time."""
+        tag, body checksum): a revalidated answer is checked the first time it is served here, not every
+        time, and another body stored under the same key and tag is checked again."""
         self._ended: LRUCache[str, float] = LRUCache(maxsize=4096)
         """When this process last ended freshness, by mark key (see `end_freshness`)."""
         self._invalidated: dict[str, float] = {}
@@ -190,7 +223,12 @@ class ToolCache:
         """(server, era, variant) of the calls this process made, the oldest going first past
         `_MAX_REMEMBERED`: where an invalidation finds a call's keys."""
         self._store = FencedStore(
-            self.store, self._count_store_failure, deadline_s=store_deadline_s, cooldown_s=store_cooldown_s
+            self.store,
+            self._count_store_failure,
+            deadline_s=store_deadline_s,
+            cooldown_s=store_cooldown_s,
+            seconds_per_mb=store_deadline_per_mb_s,
+            most_bytes=max_answer_bytes,
         )
 
     def _count_store_failure(self) -> None:
@@ -344,14 +382,18 @@ class ToolCache:
             _remember(self._variants, (conn.server_id, conn.era, variant), None)
 
         deadline = None if conn.timeout_s is None else anyio.current_time() + conn.timeout_s
+        replaced = 0
         while True:
             landed = self._flights.landed(key)
             looked = await self._look(identity, key, mode)
             if isinstance(looked.decision, ServeFresh):
-                served = self._serve_fresh(looked)
-                if served is not None:
+                served = await self._serve_fresh(looked)
+                if not isinstance(served, _Unserved):
                     return self._finish(identity, *served)
-                looked = await self._unreadable(looked)
+                replaced += served is _Unserved.GONE
+                if served is _Unserved.GONE and replaced < _LOOKS_AFTER_A_REPLACEMENT:
+                    continue  # another writer's version: judged by its own metadata
+                looked = await self._unserved(looked, served)
             shareable = False
             if mode == "use":
                 if self._flights.landed(key) != landed:
@@ -418,20 +460,17 @@ class ToolCache:
         _annotate_span(identity, outcome)
         return result, outcome
 
-    async def _look(
-        self, identity: CallIdentity, private_key: str, mode: CacheMode, *, bodies: bool = False
-    ) -> _Looked:
+    async def _look(self, identity: CallIdentity, private_key: str, mode: CacheMode) -> _Looked:
         """The entry this partition may be served (its own arm first, then the shared one), when freshness
-        last ended, and what to do about it, all from one round trip to the store."""
+        last ended, and what to do about it, all from one round trip to the store for the metadata only.
+        The body is loaded when an answer is to be served (`_answer_of`), within a deadline scaled to the
+        size this read names, unless the decoded tier holds that very version."""
         arms: list[tuple[Arm, str]] = [("private", private_key)]
         if self.share_public:
             arms.append(("public", identity.key("public", share_public=True)))
         mark_key, call_mark = identity.mark_key(), identity.call_mark_key()
         keys = [key for _, key in arms] + [mark_key, call_mark]
-        # With a decoded copy at hand, the store is asked for the metadata only (freshness, the tag and the
-        # checksum of what it holds); the copy is used only if it is the decoding of that very version.
-        peek = not bodies and any(self._tier.holds(key) for _, key in arms)
-        items = await self._store.look(keys, peek=peek)
+        items = await self._store.look(keys, peek=True)
         if items is None:
             # The store did not answer, so a freshness end another cache or process recorded there is
             # unknown: it may have come at any moment up to now. Only a request sent from now on may be
@@ -448,14 +487,8 @@ class ToolCache:
                 await self._remove(key)  # not a record this cache wrote for this call
                 continue
             if may_serve(entry, arm, self.share_public):
-                if peek:
-                    decoded = self._tier.get(key, item.tag, item.checksum)
-                    if decoded is None:
-                        # Not the version the store holds now (another writer's): the lookup again, with bodies.
-                        return await self._look(identity, private_key, mode, bodies=True)
-                    found = Found(key, arm, entry, item, decoded, identity.server, call_mark)
-                else:
-                    found = Found(key, arm, entry, item, None, identity.server, call_mark)
+                decoded = self._tier.get(key, item.tag, item.checksum)
+                found = Found(key, arm, entry, item, decoded, identity.server, call_mark)
                 break
         server_mark, call_mark_item = items[-2], items[-1]
         ended = freshness_ended_at(
@@ -481,33 +514,46 @@ class ToolCache:
         self._tier.discard(key)
         await self._store.remove(key)
 
-    def _private_answer(self, found: Found) -> CallToolResult | None:
-        """A private copy of the stored answer (None if it cannot be decoded), from the decoded tier when it
-        holds this version; otherwise decoded from the body, and the decoding kept in the tier."""
+    async def _answer_of(self, found: Found) -> CallToolResult | _Unserved:
+        """A private copy of the stored answer `found` names: from the decoded tier when it holds this version;
+        otherwise its body is loaded (within a deadline scaled to the size the lookup read) and decoded, and
+        the decoding kept in the tier."""
         if found.decoded is not None:
             return found.decoded.copy()
-        body = found.item.body
+        loaded = await self._store.look([found.key], moving=found.entry.stored_bytes)
+        if loaded is None:
+            return _Unserved.STORE_FAILED
+        item = loaded[0]
+        if item is None or item.tag != found.item.tag or item.checksum != found.item.checksum:
+            return _Unserved.GONE
+        body = item.body
         stored = decode_result(body)
-        if stored is None or not self._tier.admits(len(body)) or not found.item.checksum:
+        if stored is None:
+            return _Unserved.UNREADABLE
+        if not self._tier.admits(len(body)) or not item.checksum:
             return stored
-        held = hold(stored, body, found.item.tag, found.item.checksum, server=found.server_id, call=found.call)
+        held = hold(
+            stored, body, item.tag, item.checksum, server=found.server_id, call=found.call, answer=found.entry.size
+        )
         self._tier.put(found.key, held)
         return copy_result(stored)
 
-    def _serve_fresh(self, looked: _Looked) -> tuple[CallToolResult, CallOutcome] | None:
+    async def _serve_fresh(self, looked: _Looked) -> tuple[CallToolResult, CallOutcome] | _Unserved:
         assert looked.found is not None
-        stored = self._private_answer(looked.found)
-        if stored is None:
-            return None
+        stored = await self._answer_of(looked.found)
+        if isinstance(stored, _Unserved):
+            return stored
         left_ms = max(0, int((looked.found.entry.fresh_until() - self.clock()) * 1000))
-        outcome = CallOutcome("fresh_hit", False, looked.decision.reason, looked.found.size, fresh_for_ms=left_ms)
+        saved = looked.found.entry.size
+        outcome = CallOutcome("fresh_hit", False, looked.decision.reason, saved, fresh_for_ms=left_ms)
         return stored, outcome
 
-    async def _unreadable(self, looked: _Looked) -> _Looked:
-        """A stored answer that cannot be decoded goes, and the call is a miss."""
+    async def _unserved(self, looked: _Looked, why: _Unserved) -> _Looked:
+        """A stored answer that could not be served: one that cannot be decoded goes; the call is a miss."""
         assert looked.found is not None
-        await self._remove(looked.found.key)
-        return _Looked(None, looked.ended_at, Fetch(store=True, reason="miss: the stored answer could not be read"))
+        if why is _Unserved.UNREADABLE:
+            await self._remove(looked.found.key)
+        return _Looked(None, looked.ended_at, Fetch(store=True, reason=f"miss: {why.value}"))
 
     async def end_freshness(self, server_id: str, era: str | None = None) -> None:
         """End the freshness of every entry of `server_id` in this partition (their tags stay usable)."""
@@ -601,18 +647,29 @@ class ToolCache:
         lookup_reason: str,
     ) -> tuple[CallToolResult, CallOutcome]:
         await self._after_server_answer(conn, identity.tool, reply)
+        encoded = None
+        if isinstance(decision, StoreAnswer):
+            # What is certainly too large is known without encoding it; anything else, once encoded.
+            too_large = decide_size(stored_size_at_least(reply), self.max_answer_bytes, at_least=True)
+            if too_large is None:
+                encoded = encode_entry(reply)
+                too_large = decide_size(len(encoded.body), self.max_answer_bytes)
+            decision = too_large or decision
         match decision:
             case ReturnUnstored():
                 if decision.drop_entry and found is not None:
                     await self._remove(found.key)
                 return reply, CallOutcome(status, False, f"{lookup_reason}; {decision.reason}")
             case StoreAnswer():
-                pass
+                assert encoded is not None
             case _:
                 assert_never(decision)
-        body = encode_result(reply)
+        body = encoded.body
+        stored_bytes = len(body) if len(body) != encoded.size else 0
         marks = (identity.mark_key(), identity.call_mark_key())
-        meta = replace(decision.meta, size=len(body), arguments=identity.readable_arguments(), marks=marks)
+        meta = replace(
+            decision.meta, size=encoded.size, stored=stored_bytes, arguments=identity.readable_arguments(), marks=marks
+        )
         arm = store_arm(meta.scope, self.share_public)
         own = private_key if arm == "private" else identity.key("public", share_public=True)
         if arm == "public":
@@ -622,16 +679,17 @@ class ToolCache:
         self._tier.discard(own)
         item = entry_item(meta, body, self._expires_at(meta), server=readable_server(identity.server))
         stored = await self._store.save(own, item)
+        checksum = body_checksum(body)
         if stored and self._tier.admits(len(body)):
             # Kept decoded as a copy of its own: `reply` is the caller's to change.
             copy = copy_result(reply)
-            held = hold(copy, body, meta.etag, body_checksum(body), server=identity.server, call=marks[1])
+            held = hold(copy, body, meta.etag, checksum, server=identity.server, call=marks[1], answer=meta.size)
             self._tier.put(own, held)
         if not stored:
             why = "not stored: the store holds a newer answer, or could not take this one"
             return reply, CallOutcome("miss", False, f"{lookup_reason}; {why}")
         # It passed the client's check on its way in, so its first serve here need not check it again.
-        self._validated[(own, meta.etag or "", len(body))] = None
+        self._validated[(own, meta.etag or "", checksum)] = None
         return reply, CallOutcome("miss", True, f"{lookup_reason}; {decision.reason}")
 
     async def _serve_stored(
@@ -649,11 +707,11 @@ class ToolCache:
         The store keeps the fresher block only if it still holds that copy: another writer may have replaced
         it meanwhile, and the confirmation is about the copy whose tag was sent, not about whatever is there.
         """
-        stored = self._private_answer(found)
-        if stored is None:
+        stored = await self._answer_of(found)
+        if isinstance(stored, _Unserved):
             return None
         result = merged(stored, decision.block, self.meta_key)
-        checked = (found.key, decision.meta.etag or "", found.size)
+        checked = (found.key, decision.meta.etag or "", found.item.checksum)
         if checked not in self._validated:
             try:
                 await conn.validate(name, result)
@@ -667,7 +725,7 @@ class ToolCache:
         await self._store.update_meta(
             found.key, meta.to_json(), self._expires_at(meta), if_tag=found.item.tag, stamp=meta.requested_at
         )
-        saved = max(found.size - len(encode_result(reply)), 0)
+        saved = max(found.entry.size - len(encode_result(reply)), 0)
         return result, CallOutcome("revalidated", False, f"{lookup_reason}; {decision.reason}", saved)
 
     async def _after_server_answer(self, conn: Connection, name: str, reply: CallToolResult) -> None:
@@ -680,6 +738,9 @@ class ToolCache:
 
 
 _MAX_REMEMBERED = 4096
+
+_LOOKS_AFTER_A_REPLACEMENT = 3
+"""Lookups a call makes while other writers keep replacing the entry under it, before it is a miss."""
 
 
 def _remember(memory: dict[K, V], key: K, value: V) -> None:

@@ -2,7 +2,12 @@
 
 A failing store is a miss, never a failed call, and a store that does not answer within its deadline is a
 failing store: the fence enforces both, whatever the store does. An operation that raises, or that does
-not finish within `deadline_s`, is abandoned and reported as a miss (a load) or a skipped write (a save).
+not finish within its deadline, is abandoned and reported as a miss (a load) or a skipped write (a save).
+
+The deadline is `deadline_s` for any operation, plus `seconds_per_mb` for every MB of body it moves
+(`transfer_budget_s`): a save knows its body's length, and a body is loaded only after a metadata peek
+read the length recorded when it was saved. The bytes counted are bounded by `most_bytes` (the largest
+answer the cache stores), so a record that claims to be huge cannot buy a frozen store a long wait.
 
 A store that misses its deadline is not asked again for `cooldown_s` (a circuit): a frozen server or a
 lock held elsewhere costs one deadline, not one per call. A store that fails quickly (refused connection,
@@ -18,7 +23,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from mcpcache.stores.base import Item, Store
+from mcpcache.stores.base import DEFAULT_SECONDS_PER_MB, Item, Store, transfer_budget_s
 
 logger = logging.getLogger("mcpcache.client")
 
@@ -26,6 +31,7 @@ T = TypeVar("T")
 
 DEFAULT_STORE_DEADLINE_S = 1.0
 DEFAULT_STORE_COOLDOWN_S = 5.0
+DEFAULT_STORE_SECONDS_PER_MB = DEFAULT_SECONDS_PER_MB
 
 
 class FencedStore:
@@ -38,15 +44,21 @@ class FencedStore:
         *,
         deadline_s: float = DEFAULT_STORE_DEADLINE_S,
         cooldown_s: float = DEFAULT_STORE_COOLDOWN_S,
+        seconds_per_mb: float = DEFAULT_STORE_SECONDS_PER_MB,
+        most_bytes: int = 0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if not deadline_s > 0:
             raise ValueError(f"store deadline must be > 0 seconds, got {deadline_s!r}")
         if cooldown_s < 0:
             raise ValueError(f"store cooldown must be >= 0 seconds, got {cooldown_s!r}")
+        if not seconds_per_mb >= 0:
+            raise ValueError(f"store deadline per MB must be >= 0 seconds, got {seconds_per_mb!r}")
         self.store = store
         self.deadline_s = deadline_s
         self.cooldown_s = cooldown_s
+        self.seconds_per_mb = seconds_per_mb
+        self.most_bytes = most_bytes
         self._on_failure = on_failure
         self._monotonic = monotonic
         self._open_until = 0.0
@@ -56,11 +68,16 @@ class FencedStore:
     def circuit_open(self) -> bool:
         return self._monotonic() < self._open_until
 
-    async def _run(self, op: str, action: Callable[[], Awaitable[T]], default: T) -> T:
+    def deadline_for(self, nbytes: int) -> float:
+        """The deadline of an operation moving `nbytes` of body (counted up to `most_bytes`)."""
+        return transfer_budget_s(self.deadline_s, self.seconds_per_mb, nbytes, self.most_bytes)
+
+    async def _run(self, op: str, action: Callable[[], Awaitable[T]], default: T, *, moving: int = 0) -> T:
         if self.circuit_open:
             return default
+        deadline = self.deadline_for(moving)
         try:
-            with anyio.move_on_after(self.deadline_s) as scope:
+            with anyio.move_on_after(deadline) as scope:
                 return await action()
         except Exception:
             self._failed(op, "failed", exc_info=True)
@@ -69,7 +86,7 @@ class FencedStore:
             # Not asked again for a while: a store that does not answer would otherwise cost every call
             # its deadline.
             self._open_until = self._monotonic() + self.cooldown_s
-            self._failed(op, f"did not answer within {self.deadline_s:g} s; not asked for {self.cooldown_s:g} s")
+            self._failed(op, f"did not answer within {deadline:g} s; not asked for {self.cooldown_s:g} s")
         return default
 
     def _failed(self, op: str, what: str, *, exc_info: bool = False) -> None:
@@ -82,17 +99,18 @@ class FencedStore:
     def _ok(self, op: str) -> None:
         self._warned.discard(op)
 
-    async def look(self, keys: Sequence[str], *, peek: bool = False) -> list[Item | None] | None:
+    async def look(self, keys: Sequence[str], *, peek: bool = False, moving: int = 0) -> list[Item | None] | None:
         """`Store.load_many` (or `peek_many`: without bodies), or None when the store did not answer (its
         circuit open, a failure, the deadline): the caller then knows nothing the store holds, not even
-        that nothing is there."""
+        that nothing is there. `moving`: the bytes of body the load is expected to bring (see the module
+        docstring)."""
 
         async def action() -> list[Item | None]:
             items = await (self.store.peek_many(keys) if peek else self.store.load_many(keys))
             self._ok("load")
             return items
 
-        items = await self._run("load", action, None)
+        items = await self._run("load", action, None, moving=0 if peek else moving)
         if not isinstance(items, list) or len(items) != len(keys):
             return None
         return [item if isinstance(item, Item) else None for item in items]
@@ -113,7 +131,7 @@ class FencedStore:
             self._ok("save")
             return stored is not False  # a store that returns nothing stored it
 
-        return await self._run("save", action, False)
+        return await self._run("save", action, False, moving=len(item.body))
 
     async def save_persistently(self, key: str, item: Item, *, attempts: int = 3) -> bool:
         """A write other processes depend on for correctness (a freshness end: another process learns of a

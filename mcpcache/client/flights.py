@@ -48,7 +48,7 @@ class Flight:
     outcome: CallOutcome | None = None
     error: BaseException | None = None
     size: int | None = None
-    """The answer's stored size, when the leader knows it (it kept the answer in the decoded tier)."""
+    """The answer's bytes as sent, when the leader knows them (it kept the answer in the decoded tier)."""
     waiting: int = 0
     """Followers waiting for this flight."""
     shared: mt.CallToolResult | None = None

@@ -6,10 +6,10 @@ body first. So the tool cache keeps recently served answers here, decoded, bound
 the stored body's length), least recently used first out.
 
 The tier never decides freshness and never replaces the store: every lookup still asks the store (other
-processes' writes, freshness ends and expiry live there), but when the tier holds the key it asks for the
-item's metadata only (`Store.peek_many`), without the body. The tier's copy is used only when the store's
-current item is exactly the version the tier holds: same key, same tag and same body checksum (the
-checksum the store recorded when the body was saved). Anything else, and the body is loaded as before.
+processes' writes, freshness ends and expiry live there), for the item's metadata only
+(`Store.peek_many`). The tier's copy is used only when the store's current item is exactly the version the
+tier holds: same key, same tag and same body checksum (the checksum the store recorded when the body was
+saved). Anything else, and the body is loaded when an answer is to be served.
 
 Every serve hands out a private copy (`copy_result`): new containers and new model objects, with the
 immutable leaves (strings, numbers) shared. A caller that mutates what it was given changes its own copy
@@ -27,9 +27,6 @@ from typing import Any
 
 from mcp_types import CallToolResult
 from pydantic import BaseModel
-
-DEFAULT_DECODED_TIER_BYTES = 32 * 1024 * 1024
-"""The tier's default bound, in stored-answer bytes."""
 
 _ATOMS: frozenset[type] = frozenset({str, int, float, bool, type(None), bytes})
 
@@ -116,6 +113,9 @@ class Decoded:
     """The server the answer came from, and the mark of its call (`CallIdentity.call_mark_key`): what an
     invalidation drops the held copy by, whatever its protocol era or arm."""
     call: str = ""
+    answer: int = 0
+    """The answer's bytes as sent (`EntryMeta.size`), when they differ from `size`: what a caller sharing
+    the held answer is told it saved."""
 
     def copy(self) -> CallToolResult:
         if self.marshalled is not None:
@@ -134,7 +134,14 @@ def _many_small_values(body: bytes) -> bool:
 
 
 def hold(
-    result: CallToolResult, body: bytes, tag: str | None, checksum: str, *, server: str = "", call: str = ""
+    result: CallToolResult,
+    body: bytes,
+    tag: str | None,
+    checksum: str,
+    *,
+    server: str = "",
+    call: str = "",
+    answer: int = 0,
 ) -> Decoded:
     """What the tier keeps for `result` (which the caller must not hand out afterwards), stored as `body`."""
     pickled = marshalled = None
@@ -152,7 +159,7 @@ def hold(
                 pickled = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
             except Exception:  # an answer holding something pickle cannot take: the structural copy serves it
                 pickled = None
-    return Decoded(tag, checksum, len(body), result, pickled, marshalled, server, call)
+    return Decoded(tag, checksum, len(body), result, pickled, marshalled, server, call, answer)
 
 
 class DecodedTier:
@@ -184,9 +191,9 @@ class DecodedTier:
         return held
 
     def size_of(self, key: str) -> int | None:
-        """The stored size of the answer held for `key`, if any (not counted as a use)."""
+        """The bytes as sent of the answer held for `key`, if any (not counted as a use)."""
         held = self._held.get(key)
-        return None if held is None else held.size
+        return None if held is None else held.answer or held.size
 
     def admits(self, size: int) -> bool:
         """Whether an answer of `size` stored bytes would be kept (the tier is on and it fits)."""

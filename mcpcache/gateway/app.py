@@ -33,7 +33,9 @@ from mcpcache.gateway.config import (
     UpstreamSettings,
 )
 from mcpcache.gateway.decisions import Route
+from mcpcache.gateway.memory import ReleaseMemoryAfterLargeAnswers
 from mcpcache.gateway.middleware import GatewayMiddleware, PartitionCaches
+from mcpcache.policy import DEFAULT_MAX_ANSWER_BYTES
 from mcpcache.server.fastmcp import RevalidationCapability
 from mcpcache.stores.base import Store
 
@@ -228,10 +230,12 @@ def assemble_gateway(
             meta_key=config.gateway.meta_key,
             decoded_bytes=store_settings.decoded_bytes if store_settings else DEFAULT_DECODED_BYTES,
             partitions=store_settings.partitions if store_settings else DEFAULT_PARTITIONS,
+            max_answer_bytes=store_settings.max_answer_bytes if store_settings else DEFAULT_MAX_ANSWER_BYTES,
         )
     middleware = GatewayMiddleware(
         routes, caches=caches, partition_by=config.auth.partition_by, meta_key=config.gateway.meta_key
     )
     server.middleware.insert(0, middleware)
+    server.middleware.insert(0, ReleaseMemoryAfterLargeAnswers())
     server.add_extension(RevalidationCapability(config.gateway.meta_key))
     return server

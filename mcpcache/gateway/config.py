@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import ErrorDetails
 
 from mcpcache.gateway.toml_lines import TomlLines
+from mcpcache.policy import DEFAULT_MAX_ANSWER_BYTES
 from mcpcache.protocol import MAX_TTL_MS, META_KEY, Scope
 
 __all__ = [
@@ -134,6 +135,8 @@ class StoreSettings(_Strict):
     """Bytes of stored answers each live partition keeps decoded in memory in front of the store."""
     partitions: int = Field(default=DEFAULT_PARTITIONS, ge=1, strict=True)
     """How many callers' partitions a process keeps ready at once (least recently used go first)."""
+    max_answer_bytes: int = Field(default=DEFAULT_MAX_ANSWER_BYTES, ge=1, strict=True)
+    """The largest answer kept, in stored bytes; a larger one is passed to the caller and not stored."""
 
     @field_validator("redis")
     @classmethod

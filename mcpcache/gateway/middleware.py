@@ -54,7 +54,7 @@ from mcpcache.gateway.decisions import (
     partition_of,
     read_upstream,
 )
-from mcpcache.policy import reply_block
+from mcpcache.policy import DEFAULT_MAX_ANSWER_BYTES, reply_block
 from mcpcache.protocol import META_KEY, NotModifiedReply, conditional_request_meta, requested_etag, with_block
 from mcpcache.server.decisions import (
     AfterBody,
@@ -92,10 +92,12 @@ class PartitionCaches:
         decoded_bytes: int,
         partitions: int,
         keep_stale_s: float = DEFAULT_KEEP_STALE_S,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     ) -> None:
         self.store = store
         self.meta_key = meta_key
         self.decoded_bytes = decoded_bytes
+        self.max_answer_bytes = max_answer_bytes
         self.keep_stale_s = keep_stale_s
         self._caches: LRUCache[str, ToolCache] = LRUCache(maxsize=partitions)
 
@@ -112,6 +114,7 @@ class PartitionCaches:
                 meta_key=self.meta_key,
                 keep_stale_s=self.keep_stale_s,
                 decoded_tier_bytes=self.decoded_bytes,
+                max_answer_bytes=self.max_answer_bytes,
             )
             self._caches[partition] = cache
         return cache

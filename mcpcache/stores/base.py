@@ -189,6 +189,22 @@ class StoreLimits:
                 raise ValueError(f"{name} must be a positive int or None, got {value!r}")
 
 
+DEFAULT_SECONDS_PER_MB = 0.05
+"""What a store operation is allowed for every MB (10^6 bytes) of body it moves, on top of its fixed deadline
+or timeout. Saving or loading a body ran at 7 to 15 ms per MB on SQLite and Redis on a loaded 2-core
+machine (docs/benchmarks.md, section 7), so this leaves three to seven times that; fetching the same MB
+from a server over HTTP cost 50 to 180 ms there, so waiting on a store that freezes mid-transfer costs
+less than the fetch it was meant to save."""
+
+
+def transfer_budget_s(fixed_s: float, seconds_per_mb: float, nbytes: int, most_bytes: int) -> float:
+    """How long an operation moving `nbytes` of body may take: `fixed_s` (what any operation gets, however
+    small) plus `seconds_per_mb` for every MB. `nbytes` counts at most `most_bytes`: a size read from a
+    record is a claim, and a store that freezes must not get a long wait because a record claims to be huge."""
+    moved = min(max(nbytes, 0), max(most_bytes, 0))
+    return fixed_s + seconds_per_mb * moved / 1_000_000
+
+
 def body_checksum(body: bytes) -> str:
     """The checksum a store keeps with a body and verifies on every load: xxh3_64, as 16 hex digits."""
     return xxhash.xxh3_64_hexdigest(body)

@@ -52,8 +52,10 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import Any, Literal, TypeVar
+
+import anyio
 
 from mcpcache.extras import needs
 
@@ -65,6 +67,7 @@ with needs("redis", "the Redis store"):
 
 from mcpcache.stores.base import (
     DEFAULT_PAGE_SIZE,
+    DEFAULT_SECONDS_PER_MB,
     Item,
     Listed,
     Match,
@@ -76,9 +79,12 @@ from mcpcache.stores.base import (
     check_stamp,
     decode_meta,
     encode_meta,
+    transfer_budget_s,
 )
 
 logger = logging.getLogger("mcpcache.stores.redis")
+
+T = TypeVar("T")
 
 _SCRIPT = r"""
 local P = ARGV[1]
@@ -280,7 +286,7 @@ check_index()
 purge_expired()
 
 if op == 'load' then
-  local k = A[1]
+  local k, most = A[1], tonumber(A[2] or '')
   local ik = P .. 'i:' .. k
   local kind = redis.call('TYPE', ik)['ok']
   local d = redis.call('HGET', D, k)
@@ -288,6 +294,10 @@ if op == 'load' then
     if kind ~= 'none' or d then drop(k) end
     return false
   end
+  -- A body larger than the caller can take within its timeout: only its length, and no use counted (the
+  -- caller asks again with a timeout for that length, and that load counts).
+  local length = redis.call('HSTRLEN', ik, 'b')
+  if most and length > most then return {length} end
   if d then touch(k, group_of(d)) else reindex(k, ik) end
   local fields = redis.call('HMGET', ik, 'm', 'b', 'g', 'c', 'x', 't', 's', 'k', 'sv', 'tl', 'v')
   if fields[5] == '' and IDLE ~= '' then redis.call('PEXPIRE', ik, IDLE) end
@@ -489,6 +499,13 @@ DEFAULT_COOLDOWN_S = 5.0
 _SCAN_COUNT = 500
 """Directory entries one count or removal step looks at (one script run: short, so Redis never blocks long)."""
 
+_INLINE_BODY_BYTES = 1_000_000
+"""A load's first request takes a body up to this size along; a larger one is asked for again, with a
+timeout for its length (one more round trip, against a transfer of milliseconds per MB)."""
+
+_MOST_BODY_BYTES = 512 * 1024 * 1024
+"""Redis's own bound on one value (`proto-max-bulk-len`): no body is larger, whatever a record says."""
+
 
 class RedisStore(Store):
     """A store in Redis, shared by every process that names the same server and namespace.
@@ -497,11 +514,17 @@ class RedisStore(Store):
     not decode responses and which `close()` leaves open. `limits` is optional: Redis's own `maxmemory`
     may bound it instead; `trim_group` works either way.
 
-    A store that owns its client fails fast, because a cache that stalls is worse than a miss:
-    - `socket_timeout_s` and `connect_timeout_s` (default 0.5 s each) bound every command and every
+    The store fails fast, because a cache that stalls is worse than a miss:
+    - `socket_timeout_s` (default 0.5 s) bounds every operation, and `connect_timeout_s` (0.5 s) every
       connection attempt. 0.5 s is half the tool cache's store deadline (1 s), so the store's own error,
       and its circuit, come before the cache gives up on the operation; it is still hundreds of times a
       loopback or LAN round trip and far above what any of the store's scripts takes on a healthy server.
+    - An operation that moves a body gets `seconds_per_mb` (default 0.05 s) more for every MB of it, as
+      the tool cache's deadline does: a save knows its body's length, and a load whose body is larger
+      than 1 MB learns it from Redis first and asks again with the longer timeout. (A 50 MB body takes
+      about a second to cross; a fixed 0.5 s would fail every such load.) The store applies these bounds
+      itself, so a client you pass keeps its own socket timeout as well: leave it unset, or large enough
+      for your largest bodies.
     - A command is retried once, at once, only when its connection failed (a connection the server
       closed, for instance after a restart); a timeout is never retried, since a retry would double a stall.
     - After a timeout the store raises `RedisUnavailable` at once, without asking Redis, for `cooldown_s`
@@ -526,14 +549,18 @@ class RedisStore(Store):
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         cooldown_s: float = DEFAULT_COOLDOWN_S,
         idle_ttl_s: float | Literal["auto"] | None = AUTO,
+        seconds_per_mb: float = DEFAULT_SECONDS_PER_MB,
     ) -> None:
         if not namespace or "{" in namespace or "}" in namespace:
             raise ValueError(f"namespace must be non-empty and free of braces, got {namespace!r}")
         for name, value in (("socket_timeout_s", socket_timeout_s), ("connect_timeout_s", connect_timeout_s)):
             if not (isinstance(value, int | float) and value > 0 and math.isfinite(value)):
                 raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
-        if not (isinstance(cooldown_s, int | float) and cooldown_s >= 0 and math.isfinite(cooldown_s)):
-            raise ValueError(f"cooldown_s must be >= 0 seconds, got {cooldown_s!r}")
+        for name, value in (("cooldown_s", cooldown_s), ("seconds_per_mb", seconds_per_mb)):
+            if not (
+                isinstance(value, int | float) and not isinstance(value, bool) and value >= 0 and math.isfinite(value)
+            ):
+                raise ValueError(f"{name} must be >= 0 seconds, got {value!r}")
         if (
             idle_ttl_s != AUTO
             and idle_ttl_s is not None
@@ -543,7 +570,8 @@ class RedisStore(Store):
         if isinstance(url_or_client, str):
             self._client = redis.asyncio.Redis.from_url(
                 url_or_client,
-                socket_timeout=socket_timeout_s,
+                # None: every operation is bounded by the store itself (`_bounded`), by its size.
+                socket_timeout=None,
                 socket_connect_timeout=connect_timeout_s,
                 retry=Retry(NoBackoff(), retries=1, supported_errors=(redis.exceptions.ConnectionError,)),
             )
@@ -556,6 +584,7 @@ class RedisStore(Store):
         self.namespace = namespace
         self.limits = limits if limits is not None else StoreLimits()
         self.socket_timeout_s = float(socket_timeout_s)
+        self.seconds_per_mb = float(seconds_per_mb)
         self.cooldown_s = float(cooldown_s)
         self.idle_ttl_s = idle_ttl_s
         self._prefix = "{" + namespace + "}:"
@@ -578,7 +607,10 @@ class RedisStore(Store):
         return self._prefix + "i:" + key
 
     async def load(self, key: str) -> Item | None:
-        fields = await self._call("load", key)
+        fields = await self._call("load", key, _INLINE_BODY_BYTES, moving=_INLINE_BODY_BYTES)
+        if isinstance(fields, list) and len(fields) == 1:
+            # Too large to come along: asked for again, with a timeout for the length Redis holds.
+            fields = await self._call("load", key, "", moving=int(fields[0]))
         if fields is None:
             return None
         item, fault = _decode_fields(fields)
@@ -624,6 +656,7 @@ class RedisStore(Store):
             body_checksum(item.body),
             item.server,
             item.tool,
+            moving=len(item.body),
         )
         return bool(stored)
 
@@ -721,18 +754,13 @@ class RedisStore(Store):
         # saved concurrently may lose its index entries; it is cleaned up when next met.
         self._check_circuit()
         pattern = _glob_escape(self._prefix) + "*"
-        batch: list[bytes] = []
-        try:
-            async for name in self._client.scan_iter(match=pattern, count=1000):
-                batch.append(name)
-                if len(batch) >= 1000:
-                    await self._client.unlink(*batch)
-                    batch.clear()
-            if batch:
-                await self._client.unlink(*batch)
-        except redis.exceptions.TimeoutError:
-            self._trip()
-            raise
+        cursor: int = 0
+        while True:
+            cursor, names = await self._bounded(self._client.scan(cursor=cursor, match=pattern, count=1000))
+            if names:
+                await self._bounded(self._client.unlink(*names))
+            if not cursor:
+                return
 
     async def __aenter__(self) -> RedisStore:
         return self
@@ -755,12 +783,12 @@ class RedisStore(Store):
                 f"(cooldown_s={self.cooldown_s:g})"
             )
 
-    def _trip(self) -> None:
+    def _trip(self, waited_s: float) -> None:
         self._open_until = time.monotonic() + self.cooldown_s
         logger.warning(
             "Redis namespace %r: no answer within %g s; failing fast for %g s",
             self.namespace,
-            self.socket_timeout_s,
+            waited_s,
             self.cooldown_s,
         )
 
@@ -777,14 +805,25 @@ class RedisStore(Store):
             self._policy_read_at = now
         return self._idle_arg
 
-    async def _call(self, op: str, *args: bytes | str | int) -> Any:
+    async def _call(self, op: str, *args: bytes | str | int, moving: int = 0) -> Any:
+        """One script run, bounded by the socket timeout and the time `moving` bytes of body are allowed (the
+        policy read that may come first is a command of its own, bounded by its own timeout)."""
         self._check_circuit()
+        idle = await self._bounded(self._idle())
+        return await self._bounded(
+            self._script(keys=[self._prefix + "u"], args=[self._prefix, op, idle, *args]), moving
+        )
+
+    async def _bounded(self, step: Awaitable[T], moving: int = 0) -> T:
+        """`step` within the store's timeout for `moving` bytes; a step that overruns it trips the circuit.
+        Cancelled mid-command, the client drops that connection (the reply could arrive on it later)."""
+        timeout = transfer_budget_s(self.socket_timeout_s, self.seconds_per_mb, moving, _MOST_BODY_BYTES)
         try:
-            idle = await self._idle()
-            return await self._script(keys=[self._prefix + "u"], args=[self._prefix, op, idle, *args])
-        except redis.exceptions.TimeoutError:
-            self._trip()
-            raise
+            with anyio.fail_after(timeout):
+                return await step
+        except (TimeoutError, redis.exceptions.TimeoutError):
+            self._trip(timeout)
+            raise redis.exceptions.TimeoutError(f"Redis did not answer within {timeout:g} s") from None
 
 
 def _expiry(expires_at: float | None) -> tuple[str, str]:

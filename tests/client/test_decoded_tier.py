@@ -116,9 +116,16 @@ async def test_followers_changes_never_reach_each_other_or_a_later_serve(
     cache = ToolCache(opened, clock=clock)
     lab = Lab()
     async with connect("mcp", ServerTarget.memory(build_lab("sdk", lab)), MODERN, cache, server_id=SERVER_ID) as conn:
+        gated = CallIdentity(SERVER_ID, cache.partition, MODERN, "gated", {"key": key}).key("private")
+
+        def all_joined() -> bool:
+            # The eleven others wait for the one sent (a store's I/O must not leave any of them behind).
+            flight = cache._flights.current(gated)
+            return flight is not None and flight.waiting == 11
+
         for wave in ("miss", "revalidated"):
             mark = conn.mark()
-            calls = await all_at_once(conn, lab, [{"key": key}] * 12)
+            calls = await all_at_once(conn, lab, [{"key": key}] * 12, ready=all_joined)
             assert conn.tool_calls(mark) == 1
             assert {c.outcome.status for c in calls} == {wave}
             assert sum(c.outcome.coalesced for c in calls) == 11
@@ -160,13 +167,12 @@ async def test_a_held_answer_is_looked_up_by_its_metadata_only(clock: FakeClock)
     cache = ToolCache(store, clock=clock)
     async with connect("mcp", ServerTarget.memory(build_lab("sdk")), MODERN, cache, server_id=SERVER_ID) as conn:
         await conn.call("read", K)  # the miss keeps the answer decoded
-        assert len(store.loads) == 1
         for _ in range(3):
             assert (await conn.call("read", K)).outcome.status == "fresh_hit"
         clock.advance(6)
         assert (await conn.call("read", K)).outcome.status == "revalidated"
-    assert len(store.loads) == 1  # only the miss's lookup read bodies
-    assert len(store.peeks) == 4  # every later lookup still asked the store (freshness lives there)
+    assert store.loads == []  # no body was read: the held copy served every hit and the revalidation
+    assert len(store.peeks) == 5  # every lookup still asked the store (freshness lives there)
 
 
 async def test_without_the_tier_every_lookup_reads_the_body(clock: FakeClock) -> None:
@@ -179,7 +185,9 @@ async def test_without_the_tier_every_lookup_reads_the_body(clock: FakeClock) ->
         again = await conn.call("read", K)
         assert again.outcome.status == "fresh_hit"
         assert_pristine(again.result)
-    assert (len(store.loads), len(store.peeks)) == (3, 0)
+    # Every lookup reads the metadata; each of the two hits then loads the one body it serves.
+    assert (len(store.loads), len(store.peeks)) == (2, 3)
+    assert all(len(keys) == 1 for keys in store.loads)
 
 
 async def test_another_writers_version_is_served_not_the_held_copy(backend: Backend, opened: Store) -> None:
@@ -210,6 +218,52 @@ async def test_another_writers_version_is_served_not_the_held_copy(backend: Back
         # Removed underneath: never served from the tier.
         await opened.remove(key)
         assert (await conn.call("read", K)).outcome.status == "miss"
+
+
+class ReplacingStore(MemoryStore):
+    """A memory store in which another writer replaces an item between the cache's metadata read and the
+    load of its body (`replacement`, applied once, as the load begins)."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock=clock)
+        self.replacement: tuple[str, Item] | None = None
+
+    async def load_many(self, keys: Sequence[str]) -> list[Item | None]:
+        if self.replacement is not None:
+            key, item = self.replacement
+            self.replacement = None
+            assert await self.save(key, item)
+        return await super().load_many(keys)
+
+
+@pytest.mark.parametrize("when", ["fresh", "revalidated"])
+async def test_an_answer_replaced_while_its_body_loads_is_looked_up_again(clock: FakeClock, when: str) -> None:
+    store = ReplacingStore(clock)
+    cache = ToolCache(store, clock=clock, decoded_tier_bytes=0)
+    lab = Lab()
+    async with connect("mcp", ServerTarget.memory(build_lab("sdk", lab)), MODERN, cache, server_id=SERVER_ID) as conn:
+        first = await conn.call("read", K)
+        key = key_of(cache, conn.client.session.protocol_version)
+        item = await store.load(key)
+        assert item is not None
+        if when == "revalidated":
+            clock.advance(6)  # stale: the lookup revalidates, and the body is loaded once the server confirms
+        # Another process stores a stale answer under another tag: it must be judged by its own metadata.
+        assert isinstance(first.result.structured_content, dict)
+        other = first.result.model_copy(
+            update={"structured_content": {**first.result.structured_content, "text": "other"}}
+        )
+        meta = {**item.meta, "etag": 'W/"0000"', "receivedAt": clock() - 60}
+        replaced = Item(
+            meta, encode_result(other), item.group, item.created_at, item.expires_at, 'W/"0000"', item.stamp
+        )
+        store.replacement = (key, replaced)
+        call = await conn.call("read", K)
+        assert call.outcome.status == "miss"  # looked up again: stale under its tag, which the server does not confirm
+        assert_pristine(call.result)
+        assert lab.runs("read", "k") == (2 if when == "fresh" else 3)
+        # The other writer's entry was replaced by the newer answer, never removed for being unservable.
+        assert (await conn.call("read", K)).outcome.status == "fresh_hit"
 
 
 async def test_a_body_corrupted_underneath_a_held_answer_serves_the_held_version(tmp_path: Path) -> None:
@@ -304,4 +358,6 @@ async def test_an_answer_larger_than_the_tier_is_served_from_the_store(clock: Fa
             assert call.outcome.status == "fresh_hit"
             assert_pristine(call.result)
             scribble(call.result)
-    assert (len(store.loads), len(store.peeks)) == (3, 0)
+    # Every lookup reads the metadata; each of the two hits then loads the one body it serves.
+    assert (len(store.loads), len(store.peeks)) == (2, 3)
+    assert all(len(keys) == 1 for keys in store.loads)

@@ -7,6 +7,7 @@ counted: `tools/call` messages at the transport and body runs at the server.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -24,8 +25,16 @@ CALLERS = 100
 K = {"key": "k"}
 
 
-async def all_at_once(conn: Conn, lab: Lab, arguments: list[dict[str, Any]], via_call_tool: bool = False) -> list[Any]:
-    """Start one call per arguments, open the gate once all are blocked; results in order."""
+async def all_at_once(
+    conn: Conn,
+    lab: Lab,
+    arguments: list[dict[str, Any]],
+    via_call_tool: bool = False,
+    *,
+    ready: Callable[[], bool] | None = None,
+) -> list[Any]:
+    """Start one call per arguments, open the gate once all are blocked (and `ready()` holds: a task waiting
+    on a store's I/O counts as blocked too, before it has joined anything); results in order."""
     results: list[Any] = [None] * len(arguments)
     lab.gate = anyio.Event()
 
@@ -40,6 +49,8 @@ async def all_at_once(conn: Conn, lab: Lab, arguments: list[dict[str, Any]], via
             for index in range(len(arguments)):
                 group.start_soon(one, index)
             await anyio.wait_all_tasks_blocked()
+            while ready is not None and not ready():  # noqa: ASYNC110 - the cache has no event to wait on
+                await anyio.sleep(0.005)
             lab.gate.set()
     return results
 

@@ -34,6 +34,7 @@ def test_the_documented_example_loads() -> None:
     config = parse_config(documented_example(), environ={"NOTEBOOKS_TOKEN": "t", "ALICE_TOKEN": "a"})
     assert config.store is not None
     assert config.store.redis is not None
+    assert config.store.max_answer_bytes == 64 * 1024 * 1024
     assert config.auth.kind == "static"
     declared = {up.public_name(tool) for up in config.upstreams.values() for tool in up.tools}
     assert "read_notebook" in declared
@@ -64,6 +65,14 @@ def test_the_documented_example_loads() -> None:
         (
             UPSTREAM + '\n[store]\nredis = "redis://127.0.0.1:6379"\nsqlite = "x.db"\n',
             "g.toml, line 4: store: give exactly one of redis, sqlite and memory = true",
+        ),
+        (
+            UPSTREAM + "\n[store]\nmemory = true\nmax_answer_bytes = 0\n",
+            "g.toml, line 6: store.max_answer_bytes: Input should be greater than or equal to 1 (got 0)",
+        ),
+        (
+            UPSTREAM + '\n[store]\nmemory = true\nmax_answer_bytes = "64MB"\n',
+            "g.toml, line 6: store.max_answer_bytes: must be an integer (got '64MB')",
         ),
         (
             UPSTREAM + '\n[auth]\nkind = "static"\n',

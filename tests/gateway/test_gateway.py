@@ -15,11 +15,13 @@ import mcp_types as mt
 import pytest
 from fastmcp.server.dependencies import fastmcp_request_ctx
 from fastmcp.server.middleware import Middleware
+from fastmcp.server.providers.proxy import ProxyClient
 from support.tags import answered_meta, tag_of
 from support.transports import CLIENT_KINDS, ERAS, ClientKind, Era, ServerTarget, stock_client
 
 from mcpcache.demo.server import build_demo_server
-from mcpcache.gateway.config import ToolSettings
+from mcpcache.gateway.app import Upstream, assemble_gateway
+from mcpcache.gateway.config import GatewayConfig, StoreSettings, ToolSettings, UpstreamSettings
 from mcpcache.protocol import META_KEY
 from mcpcache.server import CachePolicy
 from mcpcache.server.fastmcp import install
@@ -145,6 +147,23 @@ async def test_an_anonymous_caller_shares_public_answers_only() -> None:
     # Private answers are never kept for a caller the gateway cannot identify.
     assert [r.structured_content["fetch"] for r in private] == [2, 3]
     assert calls.structured_content == {"calls": 3}
+
+
+@pytest.mark.anyio
+async def test_an_answer_above_the_stores_bound_is_passed_through_and_never_kept() -> None:
+    store = MemoryStore()
+    tools = {"numbered_public": ToolSettings(ttl_ms=60_000, scope="public")}
+    settings = UpstreamSettings(url="http://upstream.invalid/mcp", tools=tools)
+    # A bound below any answer: every read goes upstream, and the caller gets each answer whole and stamped.
+    config = GatewayConfig(upstreams={"up": settings}, store=StoreSettings(memory=True, max_answer_bytes=10))
+    base: ProxyClient[Any] = ProxyClient(build_counting_server())
+    upstream = Upstream("up", settings, "test:upstream", base.new, None)
+    gateway = assemble_gateway(config, [upstream], store=store, auth=None)
+    async with fastmcp.Client(gateway) as client:
+        reads = [await client.call_tool_mcp("numbered_public", {"name": "a"}) for _ in range(2)]
+    assert [r.structured_content["fetch"] for r in reads] == [1, 2]
+    assert all(block_of(r)["ttlMs"] == 60_000 and block_of(r)["etag"] for r in reads)
+    assert (await store.usage()).items == 0
 
 
 @pytest.mark.anyio

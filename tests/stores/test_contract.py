@@ -93,6 +93,21 @@ class TestRoundTrip:
         assert loaded is not None
         assert type(loaded.body) is bytes
 
+    @pytest.mark.slow
+    async def test_a_body_of_64_mb_round_trips_within_the_stores_own_timeouts(self, backend: Backend) -> None:
+        # A Redis store bounds every operation by its socket timeout, and one that moves a body by the time
+        # its length is allowed: a fixed 0.5 s would fail every load of this body.
+        body = b"0123456789abcdef" * (4 * 1024 * 1024)
+        async with backend.open() as store:
+            assert await store.save("large", Item(meta={"n": 1}, body=body, group="g", tag="t"))
+            (peeked,) = await store.peek_many(["large"])
+            loaded, missing = await store.load_many(["large", "absent"])
+        assert peeked is not None
+        assert (peeked.body, peeked.checksum) == (b"", body_checksum(body))
+        assert loaded is not None
+        assert loaded.body == body
+        assert missing is None
+
     async def test_missing_key_loads_as_none(self, backend: Backend) -> None:
         async with backend.open() as store:
             assert await store.load("never saved") is None

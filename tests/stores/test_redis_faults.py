@@ -48,6 +48,33 @@ async def test_a_store_op_on_a_frozen_redis_raises_then_the_circuit_fails_fast(
         assert await store.load("k") == Item({}, b"body", "g")
 
 
+async def test_a_large_save_on_a_frozen_redis_waits_for_its_length_then_the_circuit_fails_fast(
+    own_redis_server: RedisServer,
+) -> None:
+    body = b"x" * 20_000_000
+    async with RedisStore(own_redis_server.url, namespace="frozen", socket_timeout_s=0.3, cooldown_s=1.0) as store:
+        assert await store.save("small", Item({}, b"body", "g"))  # the eviction policy is read once, now
+        with Frozen(own_redis_server):
+            started = time.monotonic()
+            with pytest.raises(redis.exceptions.TimeoutError, match=r"within 1\.3 s"):  # 0.3 s, and 0.05 s per MB
+                await store.save("large", Item({}, body, "g"))
+            assert time.monotonic() - started < 1.3 + MARGIN_S
+            assert store.circuit_open
+            with pytest.raises(RedisUnavailable):
+                await store.load("large")
+        await anyio.sleep(1.1)
+        assert await store.save("large", Item({}, body, "g"))
+        loaded = await store.load("large")
+        assert loaded is not None
+        assert loaded.body == body
+
+
+def test_a_budget_per_mb_is_a_number_of_seconds() -> None:
+    for bad in (-1, float("inf"), True, "0.05"):
+        with pytest.raises(ValueError, match="seconds_per_mb"):
+            RedisStore("redis://127.0.0.1:1/0", seconds_per_mb=bad)  # type: ignore[arg-type]
+
+
 async def test_a_killed_redis_fails_fast_and_recovers(own_redis_server: RedisServer) -> None:
     async with RedisStore(own_redis_server.url, namespace="killed") as store:
         await store.save("k", Item({}, b"body", "g"))

@@ -6,7 +6,8 @@ from changing what a caller is served (docs/protocol.md section 5):
   partition's freshness last ended;
 - each caller keeps its own timeout and cancellation. A follower waits no longer than its own timeout
   and then fails as the SDK fails a timed-out request; a leader that fails for reasons of its own (its
-  timeout, its cancellation) does not fail its followers: they elect a new leader among themselves.
+  timeout, its cancellation, its connection lost) does not fail its followers: they elect a new leader
+  among themselves.
   Anything else the leader's request raised (an error answer from the server, a closed connection) is
   what the followers' identical request would have met, and they get it too.
 """
@@ -32,11 +33,16 @@ def timeout_error() -> MCPError:
     return MCPError(code=mt.REQUEST_TIMEOUT, message=_TIMED_OUT)
 
 
+_CONNECTION_FAILURES = (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream)
+
+
 def failure_is_the_leaders_own(exc: BaseException) -> bool:
-    """A leader's timeout or cancellation belongs to its caller, not to the request its followers share."""
+    """Whether a leader's failure belongs to its caller or its connection, not to the request its followers
+    share: its timeout, its cancellation, or its connection lost (a follower may be waiting from another
+    session of the same cache, whose connection is fine). An error the server answered is shared."""
     if isinstance(exc, MCPError):
-        return exc.code == mt.REQUEST_TIMEOUT
-    return isinstance(exc, TimeoutError | anyio.get_cancelled_exc_class())
+        return exc.code in (mt.REQUEST_TIMEOUT, mt.CONNECTION_CLOSED)
+    return isinstance(exc, (TimeoutError, anyio.get_cancelled_exc_class(), *_CONNECTION_FAILURES))
 
 
 @dataclass

@@ -86,9 +86,9 @@ from mcpcache.bench.common import (
 from mcpcache.bench.wire import CountingTransport, WireLog, WireRecord
 from mcpcache.client import ToolCache
 from mcpcache.client.cache import decode_result, encode_result
+from mcpcache.client.keys import CallIdentity
+from mcpcache.client.policy import EntryMeta, decide_lookup
 from mcpcache.demo.notebooks import generate_notebook_of_size
-from mcpcache.keys import CallIdentity
-from mcpcache.policy import EntryMeta, decide_lookup
 from mcpcache.protocol import MAX_TTL_MS, META_KEY, conditional_request_meta
 from mcpcache.server.fastmcp import install
 from mcpcache.server.policies import CachePolicy, ToolPolicies

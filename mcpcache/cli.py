@@ -916,7 +916,7 @@ def cache_ls(
 
     from mcpcache.client.entries import TOOLS_GROUP
     from mcpcache.client.inventory import cached_entries
-    from mcpcache.policy import readable_duration
+    from mcpcache.client.policy import readable_duration
     from mcpcache.stores.base import Match
 
     async def show(cache_store: Any, where: str) -> None:
@@ -965,7 +965,7 @@ def cache_stats(
     from rich.table import Table
 
     from mcpcache.client.inventory import summarize
-    from mcpcache.policy import readable_duration
+    from mcpcache.client.policy import readable_duration
 
     async def show(cache_store: Any, where: str) -> None:
         console = _cache_console()

@@ -1,6 +1,6 @@
 """The client half's driver: `ToolCache.execute` answers one call from the cache or the server.
 
-It asks `mcpcache.policy` what to do, does the I/O it was told to do through a `Connection` (the only
+It asks `mcpcache.client.policy` what to do, does the I/O it was told to do through a `Connection` (the only
 thing a wrapper provides) and the fenced store, and reports an outcome. The jobs around it live in their
 own modules: outcomes and stats (`outcomes`), stored answers (`entries`), single flight (`flights`) and
 the failing-store fence (`fence`).
@@ -43,12 +43,9 @@ from mcpcache.client.fence import (
     FencedStore,
 )
 from mcpcache.client.flights import Flights
+from mcpcache.client.keys import Arm, CallIdentity, readable_server
 from mcpcache.client.outcomes import CacheStats, CallOutcome, Status
-from mcpcache.client.tier import DecodedTier, copy_result, hold
-from mcpcache.etag import CanonicalizationError
-from mcpcache.keys import Arm, CallIdentity, readable_server
-from mcpcache.paths import default_store
-from mcpcache.policy import (
+from mcpcache.client.policy import (
     CACHE_MODES,
     DEFAULT_MAX_ANSWER_BYTES,
     CacheMode,
@@ -72,6 +69,9 @@ from mcpcache.policy import (
     reply_block,
     store_arm,
 )
+from mcpcache.client.tier import DecodedTier, copy_result, hold
+from mcpcache.etag import CanonicalizationError
+from mcpcache.paths import default_store
 from mcpcache.protocol import META_KEY, parse_cache_block
 from mcpcache.stores.base import Match, Store, body_checksum
 

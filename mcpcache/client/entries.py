@@ -22,9 +22,9 @@ import pydantic_core
 from mcp_types import CallToolResult, TextContent
 from pydantic import ValidationError
 
+from mcpcache.client.keys import Arm
+from mcpcache.client.policy import EntryMeta
 from mcpcache.client.tier import Decoded
-from mcpcache.keys import Arm
-from mcpcache.policy import EntryMeta
 from mcpcache.protocol import NOT_MODIFIED_KEY, CacheBlock
 from mcpcache.stores.base import Item
 
@@ -176,7 +176,7 @@ being fresh."""
 
 def entry_item(meta: EntryMeta, body: bytes, expires_at: float, *, server: str) -> Item:
     """The store item for an answer: the store compares `tag` on a revalidation and `stamp` on a save, and
-    labels it with `server` (`mcpcache.keys.readable_server`) and the tool, for people to list it by."""
+    labels it with `server` (`mcpcache.client.keys.readable_server`) and the tool, for people to list it by."""
     return Item(
         meta=meta.to_json(),
         body=body,

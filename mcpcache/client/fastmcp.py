@@ -17,8 +17,8 @@ from mcp import ClientSession
 
 from mcpcache.client.cache import ToolCache
 from mcpcache.client.identity import connection_server_id, stdio_server_id, url_server_id
+from mcpcache.client.policy import CacheMode
 from mcpcache.client.wrappers import CachedCall, _CachedView, request_options
-from mcpcache.policy import CacheMode
 
 
 class CachedFastMCPClient(_CachedView):

@@ -2,7 +2,7 @@
 
 The leader sends; followers wait for its answer and each get a private copy. Two limits keep sharing
 from changing what a caller is served (docs/protocol.md section 5):
-- who may join is the policy's decision (`mcpcache.policy.decide_join`): never a request sent before the
+- who may join is the policy's decision (`mcpcache.client.policy.decide_join`): never a request sent before the
   partition's freshness last ended;
 - each caller keeps its own timeout and cancellation. A follower waits no longer than its own timeout
   and then fails as the SDK fails a timed-out request; a leader that fails for reasons of its own (its

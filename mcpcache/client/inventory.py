@@ -2,7 +2,7 @@
 
 Every entry carries its server, tool and abbreviated arguments in the store (labels and metadata, see
 `mcpcache.stores.base`), so a listing never reads an answer's body, and a store of any size is walked one
-page at a time. Freshness is judged as the cache judges it (`mcpcache.policy.decide_lookup`): by the
+page at a time. Freshness is judged as the cache judges it (`mcpcache.client.policy.decide_lookup`): by the
 entry's ttl and by the freshness marks a mutation, a change notification or an invalidation left in the
 store. What only a running process knows (its own marks when the store could not record them, a `clear()`)
 is not seen here.
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mcpcache.client.entries import TOOLS_GROUP
-from mcpcache.policy import EntryMeta, ServeFresh, decide_lookup, freshness_ended_at, readable_duration
+from mcpcache.client.policy import EntryMeta, ServeFresh, decide_lookup, freshness_ended_at, readable_duration
 from mcpcache.stores.base import DEFAULT_PAGE_SIZE, Item, Listed, Match, Store
 from mcpcache.stores.sqlite import SCHEMA_VERSION
 

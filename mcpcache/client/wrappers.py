@@ -31,7 +31,7 @@ from pydantic import ValidationError
 from mcpcache.client import transport_guard
 from mcpcache.client.cache import CallOutcome, ToolCache
 from mcpcache.client.identity import connection_server_id, stdio_server_id, url_server_id
-from mcpcache.policy import CacheMode
+from mcpcache.client.policy import CacheMode
 from mcpcache.protocol import requested_etag
 
 logger = logging.getLogger("mcpcache.client")

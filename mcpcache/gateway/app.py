@@ -24,6 +24,7 @@ from fastmcp.server.providers.proxy import ProxyClient, ProxyProvider
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpcache.client.identity import stdio_server_id, url_server_id_as
+from mcpcache.client.policy import DEFAULT_MAX_ANSWER_BYTES
 from mcpcache.gateway.config import (
     DEFAULT_DECODED_BYTES,
     DEFAULT_PARTITIONS,
@@ -35,7 +36,6 @@ from mcpcache.gateway.config import (
 from mcpcache.gateway.decisions import Route
 from mcpcache.gateway.memory import ReleaseMemoryAfterLargeAnswers
 from mcpcache.gateway.middleware import GatewayMiddleware, PartitionCaches
-from mcpcache.policy import DEFAULT_MAX_ANSWER_BYTES
 from mcpcache.server.fastmcp import RevalidationCapability
 from mcpcache.stores.base import Store
 

@@ -20,8 +20,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
+from mcpcache.client.policy import DEFAULT_MAX_ANSWER_BYTES
 from mcpcache.gateway.toml_lines import TomlLines
-from mcpcache.policy import DEFAULT_MAX_ANSWER_BYTES
 from mcpcache.protocol import MAX_TTL_MS, META_KEY, Scope
 
 __all__ = [

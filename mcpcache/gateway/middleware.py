@@ -37,6 +37,7 @@ from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.tools.base import RawStructuredToolResult, ToolResult
 
 from mcpcache.client.cache import ToolCache
+from mcpcache.client.policy import DEFAULT_MAX_ANSWER_BYTES, reply_block
 from mcpcache.etag import CanonicalizationError, content_tag, weak_equal
 from mcpcache.gateway.decisions import (
     AskAgainWithoutTag,
@@ -54,7 +55,6 @@ from mcpcache.gateway.decisions import (
     partition_of,
     read_upstream,
 )
-from mcpcache.policy import DEFAULT_MAX_ANSWER_BYTES, reply_block
 from mcpcache.protocol import META_KEY, NotModifiedReply, conditional_request_meta, requested_etag, with_block
 from mcpcache.server.decisions import (
     AfterBody,

@@ -24,8 +24,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
 from mcpcache.client.cache import ToolCache
+from mcpcache.client.policy import CacheMode
 from mcpcache.client.wrappers import CachedCall
-from mcpcache.policy import CacheMode
 from mcpcache.proxy.link import UpstreamLink
 from mcpcache.proxy.settings import PROGRESS_TOKEN, forwarded_meta, model_result, passes_whole
 from mcpcache.refs import References, call_for_model, with_uri_arguments

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from mcpcache.client.outcomes import CallOutcome
+from mcpcache.client.policy import CacheMode
 from mcpcache.client.wrappers import CachedCall
-from mcpcache.policy import CacheMode
 from mcpcache.refs.references import References, Resolution
 from mcpcache.refs.view import ModelView
 

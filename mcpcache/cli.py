@@ -765,17 +765,15 @@ def _cache_store(store: Path | None, redis: str | None, namespace: str) -> tuple
 
     if store is not None and redis is not None:
         raise _cache_failed("choose one of --store and --redis")
-    if redis is not None:
-        from mcpcache.stores import RedisStore
+    from mcpcache.stores.opening import TOOLS_FILE, default_path, open_store
 
+    if redis is not None:
         try:
-            return RedisStore(redis, namespace=namespace), f"{redis} (namespace {namespace})"
+            return open_store(redis=redis, namespace=namespace), f"{redis} (namespace {namespace})"
         except ValueError as exc:
             raise _cache_failed(str(exc)) from None
     if store is None:
-        from mcpcache.paths import default_path
-
-        path = default_path("tools.db")
+        path = default_path(TOOLS_FILE)
         if not path.exists():
             return None
     else:
@@ -783,9 +781,7 @@ def _cache_store(store: Path | None, redis: str | None, namespace: str) -> tuple
     problem = cache_file_problem(path)
     if problem is not None:
         raise _cache_failed(problem)
-    from mcpcache.stores import SQLiteStore
-
-    return SQLiteStore(path), str(path)
+    return open_store(sqlite=path), str(path)
 
 
 def _run_on_cache(
@@ -796,9 +792,9 @@ def _run_on_cache(
 
     opened = _cache_store(store, redis, namespace)
     if opened is None:
-        from mcpcache.paths import default_path
+        from mcpcache.stores.opening import TOOLS_FILE, default_path
 
-        print(f"Nothing cached yet: {default_path('tools.db')} does not exist.")
+        print(f"Nothing cached yet: {default_path(TOOLS_FILE)} does not exist.")
         print("ToolCache() keeps the answers it may reuse there, once a server marks them cacheable.")
         return
 

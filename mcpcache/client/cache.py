@@ -71,9 +71,9 @@ from mcpcache.client.policy import (
 )
 from mcpcache.client.tier import DecodedTier, copy_result, hold
 from mcpcache.etag import CanonicalizationError
-from mcpcache.paths import default_store
 from mcpcache.protocol import META_KEY, parse_cache_block
 from mcpcache.stores.base import Match, Store, body_checksum
+from mcpcache.stores.opening import TOOLS_FILE, default_store
 
 if TYPE_CHECKING:
     from fastmcp import Client as FastMCPClient
@@ -196,7 +196,7 @@ class ToolCache:
         if isinstance(max_answer_bytes, bool) or not isinstance(max_answer_bytes, int) or max_answer_bytes < 1:
             raise ValueError(f"max_answer_bytes must be an int >= 1, got {max_answer_bytes!r}")
         self.max_answer_bytes = max_answer_bytes
-        self.store = store if store is not None else default_store("tools.db")
+        self.store = store if store is not None else default_store(TOOLS_FILE)
         self._owns_store = store is None
         """`close()` closes only a store this cache opened itself (the default one)."""
         self.partition = partition

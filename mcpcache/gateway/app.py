@@ -37,6 +37,7 @@ from mcpcache.gateway.decisions import Route
 from mcpcache.gateway.memory import ReleaseMemoryAfterLargeAnswers
 from mcpcache.gateway.middleware import GatewayMiddleware, PartitionCaches
 from mcpcache.server.fastmcp import RevalidationCapability
+from mcpcache.stores import opening
 from mcpcache.stores.base import Store
 
 __all__ = [
@@ -168,17 +169,10 @@ def build_auth(settings: AuthSettings, environ: Mapping[str, str]) -> TokenVerif
 
 
 def open_store(settings: StoreSettings) -> Store:
-    if settings.redis is not None:
-        from mcpcache.stores.redis import RedisStore
-
-        return RedisStore(settings.redis, namespace=settings.namespace)
-    if settings.sqlite is not None:
-        from mcpcache.stores.sqlite import SQLiteStore
-
-        return SQLiteStore(settings.sqlite, namespace=settings.namespace)
-    from mcpcache.stores.memory import MemoryStore
-
-    return MemoryStore()
+    """The gateway's shared store: a `[store]` that names no location keeps answers in this process only."""
+    return opening.open_store(
+        sqlite=settings.sqlite, redis=settings.redis, namespace=settings.namespace, otherwise="memory"
+    )
 
 
 @dataclass

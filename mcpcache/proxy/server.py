@@ -17,11 +17,11 @@ from fastmcp.server.providers.proxy import FastMCPProxy
 
 from mcpcache.client.cache import ToolCache
 from mcpcache.client.identity import shown_url
-from mcpcache.paths import default_store
 from mcpcache.proxy.calls import CachingMiddleware
 from mcpcache.proxy.link import UpstreamLink
 from mcpcache.proxy.settings import HttpUpstream, ProxySettings, StoreChoice
 from mcpcache.refs import References
+from mcpcache.stores import opening
 from mcpcache.stores.base import Store
 
 logger = logging.getLogger("mcpcache.proxy")
@@ -32,15 +32,7 @@ class UpstreamUnavailable(RuntimeError):
 
 
 def open_store(choice: StoreChoice) -> Store:
-    if choice.redis_url is not None:
-        from mcpcache.stores.redis import RedisStore
-
-        return RedisStore(choice.redis_url)
-    if choice.sqlite_path is not None:
-        from mcpcache.stores.sqlite import SQLiteStore
-
-        return SQLiteStore(choice.sqlite_path)
-    return default_store("tools.db")
+    return opening.open_store(sqlite=choice.sqlite_path, redis=choice.redis_url)
 
 
 def references_for(settings: ProxySettings, store: Store) -> References | None:

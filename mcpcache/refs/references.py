@@ -27,7 +27,6 @@ from typing import Any, Literal
 
 import anyio.to_thread
 
-from mcpcache.paths import default_store
 from mcpcache.refs.uri import CacheUri, PointerError, UriError, is_cache_uri, mint, parse, resolve_pointer
 from mcpcache.refs.view import (
     ModelView,
@@ -41,6 +40,7 @@ from mcpcache.refs.view import (
     shorten,
 )
 from mcpcache.stores.base import Item, Store
+from mcpcache.stores.opening import default_store
 from mcpcache.tokens import OFF_LOOP_CHARS, TokenCount, count_tokens_async
 
 logger = logging.getLogger("mcpcache.refs")

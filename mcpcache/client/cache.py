@@ -18,13 +18,14 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
 from enum import Enum
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, assert_never, cast, overload
+from typing import TYPE_CHECKING, Any, TypeVar, assert_never, cast, overload
 
 import anyio
 from cachetools import LRUCache
 from mcp_types import CallToolResult, TextContent
 from opentelemetry import trace
 
+from mcpcache.client.contracts import Connection
 from mcpcache.client.entries import (
     TOOLS_GROUP,
     Found,
@@ -70,6 +71,7 @@ from mcpcache.client.policy import (
     store_arm,
 )
 from mcpcache.client.tier import DecodedTier, copy_result, hold
+from mcpcache.client.views import view_of
 from mcpcache.etag import CanonicalizationError
 from mcpcache.protocol import META_KEY, parse_cache_block
 from mcpcache.stores.base import Match, Store, body_checksum
@@ -94,32 +96,6 @@ V = TypeVar("V")
 
 DEFAULT_KEEP_STALE_S = 7 * 24 * 3600.0
 """How long a stale but tagged entry is kept for cheap revalidation before the store may drop it."""
-
-
-class Connection(Protocol):
-    """What the driver needs from one connected client, for one call; the wrappers implement it."""
-
-    server_id: str
-    era: str
-    timeout_s: float | None
-    """The caller's read timeout (its own, or its client's default); None: no bound."""
-
-    async def send(
-        self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None, timeout_s: float | None
-    ) -> CallToolResult | None:
-        """The call, its answer not checked against the tool's output schema (a not-modified reply would
-        fail the check; the driver checks full answers itself). None when the answer is not a plain tool
-        result (the driver then sends the call through `send_plain`)."""
-
-    async def send_plain(self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None) -> CallToolResult:
-        """The call through the client's own path, its checks included."""
-
-    async def validate(self, name: str, result: CallToolResult) -> None:
-        """Raise as the client would for an answer that does not fit the tool's output schema (the SDK's
-        check raises RuntimeError; anything else it raises is a failure of the call, not of the answer)."""
-
-    async def read_only(self, name: str) -> bool | None:
-        """The tool's readOnlyHint, as the server announced it (None: unknown)."""
 
 
 def _unanswerable(name: str) -> CallToolResult:
@@ -257,9 +233,7 @@ class ToolCache:
         arguments, working directory and environment); a bare `ClientSession` has no endpoint to name, so
         its entries are not shared beyond that connection.
         """
-        from mcpcache.client.wrappers import wrap_client
-
-        view = wrap_client(self, client, server_id=server_id)
+        view = view_of(self, client, server_id)
         return cast("CachedMCPClient | CachedSession | CachedFastMCPClient", view)
 
     # -- seeing and managing what is cached -----------------------------------------------------------

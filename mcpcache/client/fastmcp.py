@@ -15,14 +15,14 @@ from fastmcp.client.client import CallToolResult as FastMCPCallToolResult
 from fastmcp.client.transports import FastMCPTransport, SSETransport, StdioTransport, StreamableHttpTransport
 from mcp import ClientSession
 
-from mcpcache.client.cache import ToolCache
+from mcpcache.client.contracts import ViewCache
 from mcpcache.client.identity import connection_server_id, stdio_server_id, url_server_id
 from mcpcache.client.policy import CacheMode
 from mcpcache.client.wrappers import CachedCall, _CachedView, request_options
 
 
 class CachedFastMCPClient(_CachedView):
-    def __init__(self, cache: ToolCache, client: FastMCPClient[Any], server_id: str | None = None) -> None:
+    def __init__(self, cache: ViewCache, client: FastMCPClient[Any], server_id: str | None = None) -> None:
         super().__init__(cache, client, server_id)
         self._client = client
 

@@ -28,9 +28,9 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from mcpcache.client import transport_guard
-from mcpcache.client.cache import CallOutcome, ToolCache
+from mcpcache.client.contracts import ViewCache
 from mcpcache.client.identity import connection_server_id, stdio_server_id, url_server_id
+from mcpcache.client.outcomes import CallOutcome
 from mcpcache.client.policy import CacheMode
 from mcpcache.protocol import requested_etag
 
@@ -145,7 +145,7 @@ class _SessionHook:
     def __init__(self, session: ClientSession, inner: Callable[[Any], Awaitable[None]]) -> None:
         self._session = session
         self._inner = inner
-        self._targets: dict[tuple[int, str], tuple[ToolCache, str]] = {}
+        self._targets: dict[tuple[int, str], tuple[ViewCache, str]] = {}
         self._views: weakref.WeakSet[_CachedView] = weakref.WeakSet()
 
     @classmethod
@@ -180,7 +180,7 @@ class _SessionHook:
 class _CachedView:
     """What the three views share: identity, notifications, annotations, forwarding."""
 
-    def __init__(self, cache: ToolCache, wrapped: Any, server_id: str | None) -> None:
+    def __init__(self, cache: ViewCache, wrapped: Any, server_id: str | None) -> None:
         self._cache = cache
         self._wrapped = wrapped
         self._server_id = server_id
@@ -191,7 +191,7 @@ class _CachedView:
         """The outcome of this view's most recent call (under concurrency, use `call()` instead)."""
 
     @property
-    def cache(self) -> ToolCache:
+    def cache(self) -> ViewCache:
         return self._cache
 
     @property
@@ -291,7 +291,7 @@ class _CachedView:
 class CachedMCPClient(_CachedView):
     """A caching view of `mcp.Client`."""
 
-    def __init__(self, cache: ToolCache, client: MCPClient, server_id: str | None = None) -> None:
+    def __init__(self, cache: ViewCache, client: MCPClient, server_id: str | None = None) -> None:
         super().__init__(cache, client, server_id)
         self._client = client
 
@@ -374,7 +374,7 @@ class CachedMCPClient(_CachedView):
 class CachedSession(_CachedView):
     """A caching view of an `mcp.ClientSession`."""
 
-    def __init__(self, cache: ToolCache, session: ClientSession, server_id: str | None = None) -> None:
+    def __init__(self, cache: ViewCache, session: ClientSession, server_id: str | None = None) -> None:
         super().__init__(cache, session, server_id)
         self._session = session
 
@@ -421,26 +421,3 @@ class CachedSession(_CachedView):
         )
         result: mt.CallToolResult = call.result
         return result
-
-
-def wrap_client(cache: ToolCache, client: Any, *, server_id: str | None = None) -> _CachedView:
-    transport_guard.install()  # one failed HTTP exchange must not end the session the cache calls through
-    view = _view_of(cache, client, server_id)
-    view._hook_if_connected()
-    return view
-
-
-def _view_of(cache: ToolCache, client: Any, server_id: str | None) -> _CachedView:
-    if isinstance(client, MCPClient):
-        return CachedMCPClient(cache, client, server_id)
-    if isinstance(client, ClientSession):
-        return CachedSession(cache, client, server_id)
-    try:
-        from fastmcp import Client as FastMCPClient
-    except ImportError:  # pragma: no cover - fastmcp is a dependency, but the SDK path must not need it
-        FastMCPClient = None  # type: ignore[assignment,misc]
-    if FastMCPClient is not None and isinstance(client, FastMCPClient):
-        from mcpcache.client.fastmcp import CachedFastMCPClient
-
-        return CachedFastMCPClient(cache, client, server_id)
-    raise TypeError(f"cannot wrap a {type(client).__name__}: expected mcp.Client, mcp.ClientSession or fastmcp.Client")

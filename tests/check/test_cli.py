@@ -12,7 +12,8 @@ from support.transports import SERVE_SCRIPT
 from typer.testing import CliRunner
 
 from mcpcache.bench.common import free_port
-from mcpcache.cli import _paired_calls, app
+from mcpcache.cli import app
+from mcpcache.cli.check import _paired_calls
 
 
 @pytest.mark.parametrize(

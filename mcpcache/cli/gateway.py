@@ -1,0 +1,95 @@
+"""`mcpcache gateway`: the server half of mcpcache in front of MCP servers that never heard of it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mcpcache.cli.app import app, say
+
+
+@app.command("gateway", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def gateway(
+    ctx: typer.Context,
+    config: Annotated[
+        Path | None, typer.Option("--config", metavar="FILE", help="The gateway's TOML configuration.")
+    ] = None,
+    upstream: Annotated[
+        str | None,
+        typer.Option(
+            "--upstream",
+            metavar="URL",
+            help="For a first try without a file: one upstream, a URL, or `--upstream -- COMMAND...` for stdio.",
+        ),
+    ] = None,
+    tool: Annotated[
+        list[str] | None,
+        typer.Option("--tool", metavar="NAME=TTL_MS", help="Declare a tool (with --upstream); add :public or :notag."),
+    ] = None,
+    redis: Annotated[
+        str | None, typer.Option("--redis", metavar="URL", help="Share one Redis store with other replicas.")
+    ] = None,
+    host: Annotated[str | None, typer.Option("--host", help="Listen address (default 127.0.0.1).")] = None,
+    port: Annotated[int | None, typer.Option("--port", help="Listen port (default 8765; 0: any free port).")] = None,
+) -> None:
+    """Serve upstream MCP servers over streamable HTTP, stamping tags and answering not-modified for the
+    tools the configuration declares (docs/gateway.md)."""
+    from mcpcache.gateway.config import ConfigError, load_config, quick_config, with_overrides
+
+    # Click ends options at `--`: `--upstream -- python -m server` leaves "--" as the option's value.
+    command = list(ctx.args)
+    if upstream == "--":
+        upstream = None
+    try:
+        if command and command[0].startswith("-") and not (upstream is None and config is None):
+            raise ConfigError(f"unknown option {command[0]}")
+        if config is not None:
+            if upstream is not None or command or tool:
+                raise ConfigError("--config names the upstreams and tools: drop --upstream, --tool and any command")
+            settings = load_config(config)
+        elif upstream is not None or command:
+            if upstream is not None and command:
+                raise ConfigError(f"give one upstream, a URL or a command after --, not both (got {' '.join(command)})")
+            settings = quick_config(url=upstream, command=command or None, tools=tool or [])
+        else:
+            raise ConfigError("name the upstreams: --config FILE, or --upstream URL, or --upstream -- COMMAND...")
+        settings = with_overrides(settings, redis=redis, host=host, port=port)
+    except ConfigError as exc:
+        print(f"mcpcache gateway: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
+
+    from mcpcache.bench.common import free_port
+    from mcpcache.client.identity import shown_url
+    from mcpcache.gateway.app import KEEP_ALIVE_S, build_gateway, open_store
+
+    serve = settings.gateway
+    bound = serve.port or free_port()
+    try:
+        shared = open_store(settings.store) if settings.store is not None else None
+        server = build_gateway(settings, store=shared).server
+    except (OSError, ValueError) as exc:  # an unreadable key file, say: one line, nothing started
+        print(f"mcpcache gateway: cannot start: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    declared = [
+        f"{up.public_name(name)} ({t.ttl_ms if t.ttl_ms is not None else 'upstream'} ms, {t.scope})"
+        for up in settings.upstreams.values()
+        for name, t in up.tools.items()
+    ]
+    where = "; ".join(
+        f"{name}: {shown_url(up.url) if up.url else ' '.join(up.command or [])}"
+        for name, up in settings.upstreams.items()
+    )
+    store_text = "none (tags and not-modified only)"
+    if settings.store is not None:
+        store_text = settings.store.redis or settings.store.sqlite or "memory (this process only)"
+    say(f"mcpcache gateway: serving http://{serve.host}:{bound}{serve.path}")
+    say(f"  upstreams: {where}")
+    say(f"  declared: {', '.join(declared) or 'none (every tool passes through untouched)'}")
+    say(f"  store: {store_text}; auth: {settings.auth.kind}")
+    keep_alive = {"timeout_keep_alive": KEEP_ALIVE_S}
+    server.run(
+        transport="http", host=serve.host, port=bound, path=serve.path, show_banner=False, uvicorn_config=keep_alive
+    )

@@ -22,18 +22,8 @@ Locks. WAL mode: readers never wait for the writer and the writer never waits fo
   deadline returns at once, and the abandoned operation finishes on its own in its thread, still holding
   its connection (every connection is used by one thread at a time), so it cannot corrupt anything.
 
-Self-repair. A file that is not a usable store is moved aside and a new store created in its place, in the
-same call: a file SQLite does not recognise (garbage, a wrong header: SQLITE_NOTADB), a damaged one
-(SQLITE_CORRUPT, a short read: garbage pages, a file truncated under a live process), a SQLite database
-holding other tables than ours (a foreign schema), our tables gone, or a directory at the path. It is
-renamed beside the path with the time, `tools.db.corrupt-20261201T010203` (its `-wal` and `-shm` renamed
-with it), kept, never deleted, and one warning says where it went. A file that is merely locked is never
-moved: busy is not corrupt. Before moving a file the store checks that the path still names the file it
-opened, so a process that finds a corrupt file another process already replaced just reopens the new one.
-
-A newer schema (a `user_version` above `SCHEMA_VERSION`) belongs to a newer mcpcache, which may be using it
-right now on the same machine: it is left alone, and this store opens a file of its own beside it, named for
-its schema version (`tools.db` -> `tools.v2.db`), logging one warning. The two versions do not share entries.
+Self-repair and newer schemas: a file that is not a usable store is moved aside and replaced; a newer
+mcpcache's file is left alone for a file beside it (`mcpcache.stores.sqlite_file`).
 
 Disk. The byte bound counts items (body plus metadata); SQLite's write-ahead log comes on top. It is kept
 small: `journal_size_limit` and, once the log passes `checkpoint_at` (a quarter of the byte bound, between
@@ -59,7 +49,6 @@ readable by their owner only (0600): cached tool answers can be private.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import sqlite3
@@ -67,9 +56,8 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeGuard, TypeVar
+from typing import Any, TypeVar
 
 import anyio.to_thread
 
@@ -85,10 +73,36 @@ from mcpcache.stores.base import (
     body_checksum,
     check_stamp,
     cursor_position,
-    decode_meta,
     encode_meta,
     position_cursor,
 )
+from mcpcache.stores.sqlite_file import (
+    HEAD_ITEM,
+    PEEK_ITEM,
+    ROW,
+    SCHEMA_VERSION,
+    SELECT_ITEM,
+    NewerSchema,
+    NotAStore,
+    create_private,
+    decode_row,
+    file_identity,
+    is_busy,
+    is_later,
+    is_not_a_store,
+    move_aside,
+    path_beside,
+    prepare,
+)
+
+__all__ = [
+    "DEFAULT_BUSY_TIMEOUT_S",
+    "DEFAULT_MAX_BYTES",
+    "SCHEMA_VERSION",
+    "SQLiteBusyError",
+    "SQLiteStore",
+    "SQLiteWalFullError",
+]
 
 logger = logging.getLogger("mcpcache.stores.sqlite")
 
@@ -102,96 +116,13 @@ DEFAULT_MAX_BYTES = 1024 * MiB
 DEFAULT_BUSY_TIMEOUT_S = 0.25
 """How long a write waits for the write lock by default (see the module docstring for why)."""
 
-SCHEMA_VERSION = 3
-"""Kept in `PRAGMA user_version`; an older file is migrated, a newer one left alone for its own version (this
-store then uses a file beside it, see the module docstring). Version 2 added the tag, stamp and checksum
-columns of `items`; version 3 the `server` and `tool` labels and the index listings walk (see `_prepare`)."""
-
 _MAX_IDLE_READERS = 4
 _UNBOUNDED_WAL_BASIS = 256 * MiB
 """What the log thresholds are derived from when the store has no byte bound."""
 
-_CORRUPT_CODES = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB})
-_SHORT_READ = 522  # SQLITE_IOERR_SHORT_READ: the file ends before a page it points to (truncated)
-
 _MAX_PENDING_TOUCHES = 10_000
 _EVICTION_BATCH = 64
 _REMOVAL_BATCH = 500
-
-_LISTING_INDEX = "CREATE INDEX items_listing ON items (ns, grp, server, tool, key)"
-"""What a listing walks, in its order: a page is an index range, whatever the store holds."""
-
-_SCHEMA = (
-    """CREATE TABLE items (
-        id INTEGER PRIMARY KEY,
-        ns TEXT NOT NULL,
-        key TEXT NOT NULL,
-        grp TEXT NOT NULL,
-        size INTEGER NOT NULL,
-        created_at REAL NOT NULL,
-        expires_at REAL,
-        accessed INTEGER NOT NULL,
-        meta BLOB NOT NULL,
-        tag TEXT,
-        stamp REAL NOT NULL,
-        checksum TEXT NOT NULL,
-        server TEXT NOT NULL DEFAULT '',
-        tool TEXT NOT NULL DEFAULT '',
-        UNIQUE (ns, key)
-    )""",
-    "CREATE TABLE bodies (item_id INTEGER PRIMARY KEY, body BLOB NOT NULL)",
-    "CREATE TABLE group_usage (ns TEXT NOT NULL, grp TEXT NOT NULL, items INTEGER NOT NULL, bytes INTEGER NOT NULL,"
-    " PRIMARY KEY (ns, grp))",
-    "CREATE TABLE ns_usage (ns TEXT PRIMARY KEY, items INTEGER NOT NULL, bytes INTEGER NOT NULL)",
-    "CREATE INDEX items_lru ON items (ns, accessed)",
-    "CREATE INDEX items_group_lru ON items (ns, grp, accessed)",
-    "CREATE INDEX items_expiry ON items (ns, expires_at) WHERE expires_at IS NOT NULL",
-    _LISTING_INDEX,
-    """CREATE TRIGGER items_counted AFTER INSERT ON items BEGIN
-        INSERT INTO group_usage (ns, grp, items, bytes) VALUES (new.ns, new.grp, 1, new.size)
-            ON CONFLICT (ns, grp) DO UPDATE SET items = items + 1, bytes = bytes + excluded.bytes;
-        INSERT INTO ns_usage (ns, items, bytes) VALUES (new.ns, 1, new.size)
-            ON CONFLICT (ns) DO UPDATE SET items = items + 1, bytes = bytes + excluded.bytes;
-    END""",
-    """CREATE TRIGGER items_uncounted AFTER DELETE ON items BEGIN
-        DELETE FROM bodies WHERE item_id = old.id;
-        UPDATE group_usage SET items = items - 1, bytes = bytes - old.size WHERE ns = old.ns AND grp = old.grp;
-        DELETE FROM group_usage WHERE ns = old.ns AND grp = old.grp AND items <= 0;
-        UPDATE ns_usage SET items = items - 1, bytes = bytes - old.size WHERE ns = old.ns;
-    END""",
-    # Moves the counts as a delete plus an insert would, so even a row rewritten by hand stays accounted for.
-    """CREATE TRIGGER items_recounted AFTER UPDATE OF ns, grp, size ON items BEGIN
-        UPDATE group_usage SET items = items - 1, bytes = bytes - old.size WHERE ns = old.ns AND grp = old.grp;
-        DELETE FROM group_usage WHERE ns = old.ns AND grp = old.grp AND items <= 0;
-        UPDATE ns_usage SET items = items - 1, bytes = bytes - old.size WHERE ns = old.ns;
-        INSERT INTO group_usage (ns, grp, items, bytes) VALUES (new.ns, new.grp, 1, new.size)
-            ON CONFLICT (ns, grp) DO UPDATE SET items = items + 1, bytes = bytes + excluded.bytes;
-        INSERT INTO ns_usage (ns, items, bytes) VALUES (new.ns, 1, new.size)
-            ON CONFLICT (ns) DO UPDATE SET items = items + 1, bytes = bytes + excluded.bytes;
-    END""",
-)
-
-_TABLES = ("items", "bodies", "group_usage", "ns_usage")
-"""Every table of the schema; dropping them drops their indexes and triggers too."""
-
-_ROW = "i.id, i.grp, i.meta, i.created_at, i.expires_at, i.tag, i.stamp, i.checksum, i.server, i.tool"
-"""The item row's columns every read selects, in `_decode_row`'s order (the body, or what stands for it, last)."""
-
-_SELECT_ITEM = (
-    f"SELECT {_ROW}, b.body FROM items AS i LEFT JOIN bodies AS b ON b.item_id = i.id WHERE i.ns = ? AND i.key = ?"
-)
-
-_HEAD_ITEM = (
-    f"SELECT {_ROW}, typeof(b.body)"
-    " FROM items AS i LEFT JOIN bodies AS b ON b.item_id = i.id WHERE i.ns = ? AND i.key = ?"
-)
-"""The item row and the type of its body, which SQLite answers without reading the body's pages; the body
-itself is then read with incremental blob I/O straight into one bytes object. Selected as a column, a
-20 MB body was copied twice (into a buffer of SQLite's, then into the bytes), each copy into newly
-mapped memory, and took 10-20x longer than a 10 MB one."""
-
-_PEEK_ITEM = f"SELECT {_ROW}, X'' FROM items AS i WHERE i.ns = ? AND i.key = ?"
-"""`_SELECT_ITEM` without the body (an empty blob in its place): the bodies table is never read."""
 
 MMAP_SIZE = 256 * MiB
 """`PRAGMA mmap_size` of every connection: pages are read from the mapped file instead of copied into
@@ -209,14 +140,6 @@ class SQLiteBusyError(sqlite3.OperationalError):
 
 class SQLiteWalFullError(SQLiteBusyError):
     """A save was skipped: the write-ahead log is at its cap and a reader elsewhere keeps it from being reset."""
-
-
-class _NotAStore(Exception):
-    """The file at the path is not a usable store (the reason is the message)."""
-
-
-class _NewerSchema(Exception):
-    """The file belongs to a newer mcpcache."""
 
 
 class SQLiteStore(Store):
@@ -282,7 +205,7 @@ class SQLiteStore(Store):
     # -- the interface -------------------------------------------------------------------------------------
 
     async def load(self, key: str) -> Item | None:
-        # In a read transaction: the item row and its body are read apart (see `_HEAD_ITEM`).
+        # In a read transaction: the item row and its body are read apart (see `HEAD_ITEM`).
         items: list[Item | None] = await self._run(self._read, self._load_many, [key])
         return items[0]
 
@@ -333,7 +256,7 @@ class SQLiteStore(Store):
         await self._run(self._write_op, 0, self._remove_all)
 
     async def list_page(self, match: Match, cursor: str | None = None, limit: int = DEFAULT_PAGE_SIZE) -> Page:
-        # One indexed range per page (`_LISTING_INDEX`), on a read connection: never a body, never a use.
+        # One indexed range per page (`LISTING_INDEX`), on a read connection: never a body, never a use.
         after = cursor_position(cursor)
         return await self._run(self._read, self._list_page, match, after, limit)
 
@@ -372,7 +295,7 @@ class SQLiteStore(Store):
             try:
                 return fn(conn, *args)
             except sqlite3.DatabaseError as exc:
-                if attempt == 2 or not _is_not_a_store(exc):
+                if attempt == 2 or not is_not_a_store(exc):
                     raise
                 fault = exc
             finally:
@@ -396,7 +319,7 @@ class SQLiteStore(Store):
                 try:
                     return self._write_on(conn, give_up, incoming, fn, *args)
                 except sqlite3.DatabaseError as exc:
-                    if attempt == 2 or not _is_not_a_store(exc):
+                    if attempt == 2 or not is_not_a_store(exc):
                         raise
                     self._repair(generation, str(exc))
             raise AssertionError("unreachable")
@@ -411,7 +334,7 @@ class SQLiteStore(Store):
         try:
             result = self._write(conn, fn, *args)
         except sqlite3.OperationalError as exc:
-            if _is_busy(exc) and not isinstance(exc, SQLiteBusyError):
+            if is_busy(exc) and not isinstance(exc, SQLiteBusyError):
                 raise self._busy_error() from exc
             raise
         if self._wal_size() > self.checkpoint_at:
@@ -465,28 +388,28 @@ class SQLiteStore(Store):
         path = self.path
         for _ in range(3):  # a repair, then possibly the file beside a newer one, then its repair
             if path.is_dir():
-                self._move_aside(path, "a directory is at the path", None)
+                move_aside(path, "a directory is at the path", None)
                 continue
-            _create_private(path)
-            identity = _identity(path)
+            create_private(path)
+            identity = file_identity(path)
             conn = self._connect(path)
             try:
-                self._prepare(conn)
-            except _NewerSchema as newer:
+                prepare(conn, path, busy_timeout_s=self.busy_timeout_s, journal_size_limit=self.checkpoint_at)
+            except NewerSchema as newer:
                 conn.close()
-                beside = _beside(self.path)
+                beside = path_beside(self.path)
                 if path == beside:
                     raise RuntimeError(f"{path}: {newer}") from None
                 logger.warning("%s: %s; leaving it alone for that version and using %s beside it", path, newer, beside)
                 path = beside
                 continue
-            except (_NotAStore, sqlite3.DatabaseError) as exc:
+            except (NotAStore, sqlite3.DatabaseError) as exc:
                 conn.close()
-                if isinstance(exc, sqlite3.DatabaseError) and not _is_not_a_store(exc):
-                    if _is_busy(exc):
+                if isinstance(exc, sqlite3.DatabaseError) and not is_not_a_store(exc):
+                    if is_busy(exc):
                         raise self._busy_error() from exc
                     raise
-                self._move_aside(path, str(exc), identity)
+                move_aside(path, str(exc), identity)
                 continue
             except BaseException:
                 conn.close()
@@ -512,90 +435,8 @@ class SQLiteStore(Store):
                 self._pending_touches.clear()
                 self._pending_drops.clear()
             if path is not None:
-                self._move_aside(path, reason, identity)
+                move_aside(path, reason, identity)
             self._ensure_open()
-
-    def _move_aside(self, path: Path, reason: str, identity: tuple[int, int] | None) -> None:
-        """Rename the file (and its -wal and -shm) beside it, unless the path no longer names that file."""
-        if identity is not None and _identity(path) != identity:
-            return  # another process replaced it already: the new file is opened as it is
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-        aside = path.with_name(f"{path.name}.corrupt-{stamp}")
-        n = 1
-        while aside.exists() or aside.with_name(aside.name + "-wal").exists():
-            n += 1
-            aside = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
-        try:
-            os.rename(path, aside)
-        except FileNotFoundError:
-            return
-        for extra in ("-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                os.rename(path.with_name(path.name + extra), aside.with_name(aside.name + extra))
-        logger.warning(
-            "%s is not a usable mcpcache store (%s): moved it aside to %s and started a new store. Nothing "
-            "reads the old file any more; delete it when you no longer need it.",
-            path,
-            reason,
-            aside,
-        )
-
-    def _prepare(self, conn: sqlite3.Connection) -> None:
-        # What the file is, before anything is written to it: a newer version's or another program's file
-        # is not touched (not even switched to WAL).
-        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
-        version = conn.execute("PRAGMA user_version").fetchall()[0][0]
-        if version > SCHEMA_VERSION:
-            raise _NewerSchema(f"cache schema version {version} is newer than this mcpcache reads ({SCHEMA_VERSION})")
-        _check_tables(conn, version)
-        mode = self._enable_wal(conn)
-        if str(mode).lower() != "wal":
-            # A file system without shared memory (some network mounts) refuses WAL; rollback mode still works.
-            logger.warning("%s: SQLite refused WAL mode (got %r); readers will wait for writers", self.path, mode)
-        # NORMAL is durable across a crash of this process in WAL mode; only a power cut may lose the last writes.
-        conn.execute("PRAGMA synchronous = NORMAL")
-        conn.execute(f"PRAGMA journal_size_limit = {self.checkpoint_at}")
-        if version == SCHEMA_VERSION:
-            return
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            version = conn.execute("PRAGMA user_version").fetchall()[0][0]  # another process may have won the race
-            if version > SCHEMA_VERSION:
-                raise _NewerSchema(
-                    f"cache schema version {version} is newer than this mcpcache reads ({SCHEMA_VERSION})"
-                )
-            _check_tables(conn, version)
-            if version == 1:
-                # Version 1 rows have no checksum to verify their bodies by. The file is a cache, so the
-                # migration drops every table (their indexes and triggers go with them) and starts empty,
-                # inside this transaction: a crash leaves the version-1 file as it was.
-                for table in _TABLES:
-                    conn.execute(f"DROP TABLE IF EXISTS {table}")
-                version = 0
-            if version == 0:
-                for statement in _SCHEMA:
-                    conn.execute(statement)
-            elif version == 2:
-                _migrate_2_to_3(conn)
-            # Future schema changes migrate from `version` here, in this same transaction.
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-
-    def _enable_wal(self, conn: sqlite3.Connection) -> object:
-        # Two processes opening a new file race to switch it to WAL; SQLite answers the loser SQLITE_BUSY at
-        # once instead of calling the busy handler, so the wait is done here, within the same busy timeout.
-        give_up = time.monotonic() + self.busy_timeout_s
-        while True:
-            try:
-                return conn.execute("PRAGMA journal_mode = WAL").fetchall()[0][0]
-            except sqlite3.OperationalError as exc:
-                if not _is_busy(exc) or time.monotonic() >= give_up:
-                    raise
-            time.sleep(0.01)
 
     def _close(self) -> None:
         with self._open_lock:
@@ -634,7 +475,7 @@ class SQLiteStore(Store):
         try:
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         except sqlite3.OperationalError as exc:
-            if not _is_busy(exc):
+            if not is_busy(exc):
                 raise
 
     def _check_wal_room(self, conn: sqlite3.Connection, incoming: int) -> None:
@@ -689,13 +530,13 @@ class SQLiteStore(Store):
 
     def _load(self, conn: sqlite3.Connection, key: str, *, with_body: bool = True) -> Item | None:
         # fetchall, never fetchone: a statement left open keeps its read transaction, which pins the log.
-        rows = conn.execute(_HEAD_ITEM if with_body else _PEEK_ITEM, (self.namespace, key)).fetchall()
+        rows = conn.execute(HEAD_ITEM if with_body else PEEK_ITEM, (self.namespace, key)).fetchall()
         if not rows:
             return None
         row = rows[0]
         if with_body:
             row = (*row[:-1], self._read_body(conn, row[0], row[-1]))
-        item, fault = _decode_row(row, verify=with_body)
+        item, fault = decode_row(row, verify=with_body)
         if item is None:
             logger.warning("%s: dropping a corrupt record under key %r: %s", self.active_path, key, fault)
             self._drop_now_or_later(key)
@@ -729,7 +570,7 @@ class SQLiteStore(Store):
     def _save(self, conn: sqlite3.Connection, key: str, item: Item, meta: bytes, stamp: float, checksum: str) -> bool:
         # Inside `_write`'s transaction, after expired rows were deleted: a row found here is live.
         row = conn.execute("SELECT stamp FROM items WHERE ns = ? AND key = ?", (self.namespace, key)).fetchone()
-        if row is not None and _is_later(row[0], stamp):
+        if row is not None and is_later(row[0], stamp):
             return False
         self._delete_key(conn, key)
         size = len(meta) + len(item.body)
@@ -778,7 +619,7 @@ class SQLiteStore(Store):
         item_id, body_size, tag, held_stamp = row
         if if_tag is not None and tag != if_tag:  # a tag of another type (a corrupt row) never matches
             return False
-        if stamp is not None and _is_later(held_stamp, stamp):
+        if stamp is not None and is_later(held_stamp, stamp):
             return False
         size = int(body_size) + len(meta)
         if (expires_at is not None and expires_at <= self._clock()) or (
@@ -916,12 +757,12 @@ class SQLiteStore(Store):
         # One more row than asked for says whether another page follows. fetchall: a statement left open
         # keeps its read transaction, which pins the log.
         rows = conn.execute(
-            f"SELECT {_ROW}, X'', i.key, i.size FROM items AS i WHERE {where} ORDER BY i.server, i.tool, i.key LIMIT ?",
+            f"SELECT {ROW}, X'', i.key, i.size FROM items AS i WHERE {where} ORDER BY i.server, i.tool, i.key LIMIT ?",
             (*params, limit + 1),
         ).fetchall()
         entries: list[Listed] = []
         for row in rows[:limit]:
-            item, _ = _decode_row(row[:-2], verify=False)
+            item, _ = decode_row(row[:-2], verify=False)
             if item is not None:  # a corrupt record is skipped; the next load deletes it
                 entries.append(Listed(str(row[-2]), item, int(row[-1])))
         if len(rows) <= limit:
@@ -994,9 +835,9 @@ class SQLiteStore(Store):
         """Inside a write transaction: delete the record under `key` if it is still corrupt or expired. The
         load that found it read outside any write transaction, so another connection may have replaced it
         since: the record is read again under the write lock and a sound replacement is left alone."""
-        row = conn.execute(_SELECT_ITEM, (self.namespace, key)).fetchone()
+        row = conn.execute(SELECT_ITEM, (self.namespace, key)).fetchone()
         if row is not None:
-            item, _ = _decode_row(row)
+            item, _ = decode_row(row)
             if item is None or (item.expires_at is not None and item.expires_at <= self._clock()):
                 conn.execute("DELETE FROM items WHERE id = ?", (row[0],))
 
@@ -1005,117 +846,10 @@ class SQLiteStore(Store):
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
-            if _is_busy(exc):
+            if is_busy(exc):
                 return False
             raise
         return True
-
-
-def _is_not_a_store(exc: BaseException) -> bool:
-    """Whether an error says the file is not a usable store (damaged, not SQLite, our tables gone), as
-    opposed to busy, full or unreadable for a reason that moving the file would not fix."""
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is not None and (code & 0xFF in _CORRUPT_CODES or code == _SHORT_READ):
-        return True
-    if isinstance(exc, _NotAStore):
-        return True
-    message = str(exc)
-    return message.startswith(("no such table", "no such column", "file is not a database")) or ("malformed" in message)
-
-
-def _migrate_2_to_3(conn: sqlite3.Connection) -> None:
-    """Add the labels and the listing index, keeping every entry (inside the caller's transaction).
-
-    Adding a column with a constant default rewrites no row. Entries the tool cache wrote at version 2 name
-    their tool in their metadata, so that label is filled from it (a row update: bodies live in their own
-    table and are not touched); their server was never recorded and stays "" (listed as unknown). A version-2
-    process still running on the file keeps working: it names its columns, and its new rows get "" labels.
-    """
-    conn.execute("ALTER TABLE items ADD COLUMN server TEXT NOT NULL DEFAULT ''")
-    conn.execute("ALTER TABLE items ADD COLUMN tool TEXT NOT NULL DEFAULT ''")
-    conn.execute(
-        "UPDATE items SET tool = json_extract(CAST(meta AS TEXT), '$.tool')"
-        " WHERE grp = 'tools' AND json_valid(CAST(meta AS TEXT))"
-        " AND json_type(CAST(meta AS TEXT), '$.tool') = 'text'"
-    )
-    conn.execute(_LISTING_INDEX)
-
-
-def _check_tables(conn: sqlite3.Connection, version: int) -> None:
-    """Raise `_NotAStore` unless the file's tables are what `version` of our schema has (0: none at all)."""
-    names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
-    names = {name for name in names if not name.startswith("sqlite_")}
-    if version == 0 and names:
-        raise _NotAStore(f"a SQLite database of another schema (tables {', '.join(sorted(names)[:5])})")
-    if version > 0 and not set(_TABLES) <= names:
-        raise _NotAStore(f"schema version {version} without its tables")
-
-
-def _create_private(path: Path) -> None:
-    """Create the database file readable by its owner only, before SQLite creates it with the umask's mode;
-    SQLite gives its -wal and -shm files the database's mode. An existing file is left as it is."""
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-    except FileExistsError:
-        return
-    os.close(fd)
-
-
-def _identity(path: Path) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
-def _beside(path: Path) -> Path:
-    """The file this schema version uses beside a file of a newer one: tools.db -> tools.v2.db."""
-    if path.suffix:
-        return path.with_name(f"{path.stem}.v{SCHEMA_VERSION}{path.suffix}")
-    return path.with_name(f"{path.name}.v{SCHEMA_VERSION}")
-
-
-def _is_busy(exc: sqlite3.DatabaseError) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is not None:
-        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
-    return "locked" in str(exc) or "busy" in str(exc)
-
-
-def _is_number(value: object) -> TypeGuard[int | float]:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _is_later(held: object, stamp: float) -> bool:
-    """Whether a stored stamp is strictly later than `stamp`; a stamp that is not a number (a corrupt row)
-    orders before every stamp, so the row can be replaced."""
-    return _is_number(held) and held > stamp
-
-
-def _decode_row(row: tuple[object, ...], *, verify: bool = True) -> tuple[Item | None, str]:
-    """The item a `_SELECT_ITEM` row holds, or None and what is wrong with it: a column of the wrong type,
-    metadata that is not a JSON object, or a body that does not match its checksum."""
-    _, group, raw_meta, created_at, expires_at, tag, stamp, checksum, server, tool, body = row
-    if not isinstance(group, str) or not isinstance(raw_meta, bytes | str) or not isinstance(checksum, str):
-        return None, "a column has the wrong type"
-    if not isinstance(server, str) or not isinstance(tool, str):
-        return None, "a label is not text"
-    if not isinstance(body, bytes):
-        return None, "the body is missing or not a blob"
-    if tag is not None and not isinstance(tag, str):
-        return None, "the tag is not text"
-    if not _is_number(created_at) or not _is_number(stamp):
-        return None, "a time is not a number"
-    if expires_at is not None and not _is_number(expires_at):
-        return None, "the expiry is not a number"
-    meta = decode_meta(raw_meta)
-    if meta is None:
-        return None, "the metadata is not a JSON object"
-    if verify and body_checksum(body) != checksum:
-        return None, "the body does not match its checksum"
-    expiry = None if expires_at is None else float(expires_at)
-    return Item(meta, body, group, float(created_at), expiry, tag, float(stamp), checksum, server, tool), ""
 
 
 def _prefix_upper_bound(prefix: str) -> str | None:

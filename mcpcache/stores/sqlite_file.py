@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeGuard
 
-from mcpcache.stores.base import Item, body_checksum, decode_meta
+from mcpcache.stores.items import Item, body_checksum, decode_meta
 
 logger = logging.getLogger("mcpcache.stores.sqlite")
 

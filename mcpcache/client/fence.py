@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import anyio
 
 from mcpcache.stores.base import DEFAULT_SECONDS_PER_MB, Item, Store, transfer_budget_s
+from mcpcache.stores.circuit import Circuit
 
 logger = logging.getLogger("mcpcache.client")
 
@@ -50,7 +51,7 @@ class FencedStore:
     ) -> None:
         if not deadline_s > 0:
             raise ValueError(f"store deadline must be > 0 seconds, got {deadline_s!r}")
-        if cooldown_s < 0:
+        if not cooldown_s >= 0:
             raise ValueError(f"store cooldown must be >= 0 seconds, got {cooldown_s!r}")
         if not seconds_per_mb >= 0:
             raise ValueError(f"store deadline per MB must be >= 0 seconds, got {seconds_per_mb!r}")
@@ -61,12 +62,12 @@ class FencedStore:
         self.most_bytes = most_bytes
         self._on_failure = on_failure
         self._monotonic = monotonic
-        self._open_until = 0.0
+        self._circuit = Circuit(cooldown_s, monotonic=monotonic)
         self._warned: set[str] = set()
 
     @property
     def circuit_open(self) -> bool:
-        return self._monotonic() < self._open_until
+        return self._circuit.is_open
 
     def deadline_for(self, nbytes: int) -> float:
         """The deadline of an operation moving `nbytes` of body (counted up to `most_bytes`)."""
@@ -85,7 +86,7 @@ class FencedStore:
         if scope.cancelled_caught:
             # Not asked again for a while: a store that does not answer would otherwise cost every call
             # its deadline.
-            self._open_until = self._monotonic() + self.cooldown_s
+            self._circuit.trip()
             self._failed(op, f"did not answer within {deadline:g} s; not asked for {self.cooldown_s:g} s")
         return default
 

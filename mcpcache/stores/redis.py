@@ -53,6 +53,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Mapping, Sequence
+from importlib import resources
 from typing import Any, Literal, TypeVar
 
 import anyio
@@ -81,403 +82,14 @@ from mcpcache.stores.base import (
     encode_meta,
     transfer_budget_s,
 )
+from mcpcache.stores.circuit import Circuit
 
 logger = logging.getLogger("mcpcache.stores.redis")
 
 T = TypeVar("T")
 
-_SCRIPT = r"""
-local P = ARGV[1]
-local op = ARGV[2]
-local IDLE = ARGV[3]
-local A = {}
-for i = 4, #ARGV do A[i - 3] = ARGV[i] end
-local U, D, LRU, X, GROUPS = P .. 'u', P .. 'd', P .. 'lru', P .. 'x', P .. 'groups'
-local TICK, CUR = P .. 'tick', P .. 'sweep'
-local t = redis.call('TIME')
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-
-local function num(v) return tonumber(v or '0') or 0 end
-local function group_of(d) return string.sub(d, string.find(d, ' ', 1, true) + 1) end
-local function is_hash(ik) return redis.call('TYPE', ik)['ok'] == 'hash' end
-
--- The expiry in ms as the script wants it, from the item's own 'x' field ('' for none).
-local function exp_of(x)
-  if not x or x == '' then return '' end
-  local ms = math.ceil(tonumber(x) * 1000)
-  return string.format('%d', ms)
-end
-
--- What the item hash says its size is (records saved before 'z' was kept: body plus metadata).
-local function item_size(ik)
-  local z = redis.call('HGET', ik, 'z')
-  if z then return tonumber(z) end
-  return redis.call('HSTRLEN', ik, 'b') + redis.call('HSTRLEN', ik, 'm')
-end
-
-local function unindex(k)
-  local d = redis.call('HGET', D, k)
-  if not d then
-    -- Not in the directory (never indexed, or the directory was evicted): clear what may linger, count nothing.
-    redis.call('ZREM', LRU, k)
-    redis.call('ZREM', X, k)
-    local ik = P .. 'i:' .. k
-    if is_hash(ik) then
-      local g = redis.call('HGET', ik, 'g')
-      if g then
-        redis.call('ZREM', P .. 'g:' .. g, k)
-        redis.call('ZREM', P .. 'c:' .. g, k)
-      end
-    end
-    return
-  end
-  local sp = string.find(d, ' ', 1, true)
-  local size = tonumber(string.sub(d, 1, sp - 1))
-  local g = string.sub(d, sp + 1)
-  redis.call('HDEL', D, k)
-  redis.call('ZREM', LRU, k)
-  redis.call('ZREM', X, k)
-  redis.call('ZREM', P .. 'g:' .. g, k)
-  redis.call('ZREM', P .. 'c:' .. g, k)
-  redis.call('HINCRBY', U, 'n', -1)
-  redis.call('HINCRBY', U, 'b', -size)
-  if redis.call('HINCRBY', U, 'n:' .. g, -1) <= 0 then
-    redis.call('HDEL', U, 'n:' .. g, 'b:' .. g)
-    redis.call('ZREM', GROUPS, g)
-  else
-    redis.call('HINCRBY', U, 'b:' .. g, -size)
-  end
-end
-
--- Drops an item and its index entries; 1 when the item itself was still there.
-local function drop(k)
-  unindex(k)
-  return redis.call('DEL', P .. 'i:' .. k)
-end
-
-local function touch(k, g)
-  local tick = redis.call('INCR', TICK)
-  redis.call('ZADD', LRU, tick, k)
-  redis.call('ZADD', P .. 'g:' .. g, tick, k)
-end
-
-local function index(k, g, size, created, exp)
-  redis.call('HSET', D, k, size .. ' ' .. g)
-  touch(k, g)
-  redis.call('ZADD', P .. 'c:' .. g, created, k)
-  if exp ~= '' then redis.call('ZADD', X, exp, k) end
-  redis.call('ZADD', GROUPS, 0, g)
-  redis.call('HINCRBY', U, 'n', 1)
-  redis.call('HINCRBY', U, 'b', size)
-  redis.call('HINCRBY', U, 'n:' .. g, 1)
-  redis.call('HINCRBY', U, 'b:' .. g, size)
-end
-
--- Indexes an item found without a directory entry, from what its own hash says.
-local function reindex(k, ik)
-  local f = redis.call('HMGET', ik, 'g', 'c', 'x')
-  index(k, f[1] or '', item_size(ik), tonumber(f[2] or '') or 0, exp_of(f[3]))
-end
-
--- The derived indexes again from the directory, after Redis evicted one of them (allkeys-* policies).
-local function rebuild()
-  local lost = redis.call('HGET', U, 'lost')
-  local entries = redis.call('HGETALL', D)
-  local groups = {}
-  for _, g in ipairs(redis.call('ZRANGE', GROUPS, 0, -1)) do groups[g] = true end
-  for i = 2, #entries, 2 do groups[group_of(entries[i])] = true end
-  for g, _ in pairs(groups) do redis.call('DEL', P .. 'g:' .. g, P .. 'c:' .. g) end
-  redis.call('DEL', U, LRU, X, GROUPS, D)
-  if lost then redis.call('HSET', U, 'lost', lost) end
-  for i = 1, #entries, 2 do
-    local ik = P .. 'i:' .. entries[i]
-    if is_hash(ik) then reindex(entries[i], ik) end
-  end
-end
-
--- Every key here may be evicted by Redis (maxmemory); the directory is the index's authority.
-local function check_index()
-  if redis.call('EXISTS', D) == 0 then
-    -- Redis deletes a hash left empty, so a namespace emptied by its own removals has no directory either;
-    -- it counts no items and holds no LRU entries, and is no loss.
-    if redis.call('EXISTS', LRU) == 1 or num(redis.call('HGET', U, 'n')) > 0 then
-      -- The directory is gone: the rest of the index no longer says anything true. Items still held are
-      -- indexed again when next loaded, or by the next `usage`, which the mark below sends looking for them.
-      for _, g in ipairs(redis.call('ZRANGE', GROUPS, 0, -1)) do redis.call('DEL', P .. 'g:' .. g, P .. 'c:' .. g) end
-      local lost = num(redis.call('HGET', U, 'lost')) + 1
-      redis.call('DEL', U, LRU, X, GROUPS)
-      -- Kept in `u`, which every operation uses: a key of its own would be the first one Redis evicts.
-      redis.call('HSET', U, 'lost', lost)
-    end
-  elseif redis.call('EXISTS', U) == 0 or redis.call('EXISTS', LRU) == 0 or redis.call('EXISTS', GROUPS) == 0 then
-    rebuild()
-  end
-end
-
-local function check_group(g)
-  local n = num(redis.call('HGET', U, 'n:' .. g))
-  if redis.call('ZCARD', P .. 'g:' .. g) < n or redis.call('ZCARD', P .. 'c:' .. g) < n then rebuild() end
-end
-
-local function purge_expired()
-  while true do
-    local ks = redis.call('ZRANGEBYSCORE', X, '-inf', now_ms, 'LIMIT', 0, 128)
-    if #ks == 0 then return end
-    for _, k in ipairs(ks) do drop(k) end
-  end
-end
-
-local function gone(k) return redis.call('EXISTS', P .. 'i:' .. k) == 0 end
-
--- Unindexes the entries among ks whose item Redis evicted; returns how many.
-local function prune(ks)
-  local n = 0
-  for _, k in ipairs(ks) do
-    if gone(k) then unindex(k); n = n + 1 end
-  end
-  return n
-end
-
--- Items Redis evicted on its own (maxmemory) leave index entries behind. Each write checks the least
--- recently used entries (where an LRU eviction strikes) while they are stale, and a few more at a cursor
--- that walks the whole index (where any other eviction strikes).
-local function sweep()
-  for _ = 1, 8 do
-    if prune(redis.call('ZRANGE', LRU, 0, 7)) < 8 then break end
-  end
-  local at = num(redis.call('GET', CUR))
-  local ks = redis.call('ZRANGE', LRU, at, at + 7)
-  local n = prune(ks)
-  if #ks < 8 then at = 0 else at = at + 8 - n end
-  redis.call('SET', CUR, at)
-end
-
--- Evicts least-recently-used items until `size` more bytes and `count` more items fit the bounds.
-local function make_room(size, count, max_b, max_n)
-  local evicted = 0
-  while true do
-    local n, b = num(redis.call('HGET', U, 'n')), num(redis.call('HGET', U, 'b'))
-    if not ((max_b and b + size > max_b) or (max_n and n + count > max_n)) then return evicted end
-    local oldest = redis.call('ZRANGE', LRU, 0, 0)
-    if #oldest == 0 then return evicted end
-    evicted = evicted + drop(oldest[1])
-  end
-end
-
--- An item without an expiry of its own lives IDLE ms past its last use, when IDLE is set.
-local function expire(ik, exp)
-  if exp ~= '' then
-    redis.call('PEXPIREAT', ik, exp)
-  elseif IDLE ~= '' then
-    redis.call('PEXPIRE', ik, IDLE)
-  else
-    redis.call('PERSIST', ik)
-  end
-end
-
--- The stamp of the live item under k, or nil when there is none (or its stamp is not a number).
-local function live_stamp(k)
-  local ik = P .. 'i:' .. k
-  if not is_hash(ik) then return nil end
-  return tonumber(redis.call('HGET', ik, 's') or '')
-end
-
-check_index()
-purge_expired()
-
-if op == 'load' then
-  local k, most = A[1], tonumber(A[2] or '')
-  local ik = P .. 'i:' .. k
-  local kind = redis.call('TYPE', ik)['ok']
-  local d = redis.call('HGET', D, k)
-  if kind ~= 'hash' then
-    if kind ~= 'none' or d then drop(k) end
-    return false
-  end
-  -- A body larger than the caller can take within its timeout: only its length, and no use counted (the
-  -- caller asks again with a timeout for that length, and that load counts).
-  local length = redis.call('HSTRLEN', ik, 'b')
-  if most and length > most then return {length} end
-  if d then touch(k, group_of(d)) else reindex(k, ik) end
-  local fields = redis.call('HMGET', ik, 'm', 'b', 'g', 'c', 'x', 't', 's', 'k', 'sv', 'tl', 'v')
-  if fields[5] == '' and IDLE ~= '' then redis.call('PEXPIRE', ik, IDLE) end
-  return fields
-
-elseif op == 'peek' then
-  -- Every key's fields but the body, in one script: one consistent moment across the keys.
-  local out = {}
-  for i = 1, #A do
-    local k = A[i]
-    local ik = P .. 'i:' .. k
-    local kind = redis.call('TYPE', ik)['ok']
-    local d = redis.call('HGET', D, k)
-    if kind ~= 'hash' then
-      if kind ~= 'none' or d then drop(k) end
-      out[i] = {}
-    else
-      if d then touch(k, group_of(d)) else reindex(k, ik) end
-      local fields = redis.call('HMGET', ik, 'm', 'g', 'c', 'x', 't', 's', 'k', 'sv', 'tl', 'v')
-      if fields[4] == '' and IDLE ~= '' then redis.call('PEXPIRE', ik, IDLE) end
-      out[i] = fields
-    end
-  end
-  return out
-
-elseif op == 'save' then
-  local k, meta, body, g, created, exp, exp_raw = A[1], A[2], A[3], A[4], A[5], A[6], A[7]
-  local size, max_b, max_n = A[8], tonumber(A[9]), tonumber(A[10])
-  local has_tag, tag, stamp, sum, server, tool = A[11], A[12], A[13], A[14], A[15], A[16]
-  local held = live_stamp(k)
-  if held and held > tonumber(stamp) then return 0 end
-  drop(k)
-  sweep()
-  if exp ~= '' and tonumber(exp) <= now_ms then return 0 end
-  if max_b and tonumber(size) > max_b then return 0 end
-  make_room(tonumber(size), 1, max_b, max_n)
-  local ik = P .. 'i:' .. k
-  local version = redis.call('INCR', TICK)
-  redis.call('HSET', ik, 'm', meta, 'b', body, 'g', g, 'c', created, 'x', exp_raw, 's', stamp, 'k', sum, 'v', version,
-    'z', size, 'sv', server, 'tl', tool)
-  if has_tag == '1' then redis.call('HSET', ik, 't', tag) end
-  expire(ik, exp)
-  index(k, g, size, created, exp)
-  return 1
-
-elseif op == 'update_meta' then
-  local k, meta, exp, exp_raw = A[1], A[2], A[3], A[4]
-  local max_b, max_n = tonumber(A[5]), tonumber(A[6])
-  local has_tag, tag, stamp = A[7], A[8], A[9]
-  local ik = P .. 'i:' .. k
-  if not is_hash(ik) then
-    drop(k)
-    return 0
-  end
-  if has_tag == '1' and redis.call('HGET', ik, 't') ~= tag then return 0 end
-  if stamp ~= '' then
-    local held = tonumber(redis.call('HGET', ik, 's') or '')
-    if held and held > tonumber(stamp) then return 0 end
-  end
-  local size = redis.call('HSTRLEN', ik, 'b') + string.len(meta)
-  if (exp ~= '' and tonumber(exp) <= now_ms) or (max_b and size > max_b) then
-    drop(k)
-    return 1
-  end
-  local f = redis.call('HMGET', ik, 'g', 'c')
-  unindex(k)
-  redis.call('HSET', ik, 'm', meta, 'x', exp_raw, 'z', size)
-  if stamp ~= '' then redis.call('HSET', ik, 's', stamp) end
-  expire(ik, exp)
-  make_room(size, 1, max_b, max_n)
-  index(k, f[1] or '', size, tonumber(f[2] or '') or 0, exp)
-  return 1
-
-elseif op == 'remove' then
-  return drop(A[1])
-
-elseif op == 'drop_corrupt' then
-  -- Drops the record only if it is still the save that was read (same version): a replacement stays.
-  local k, version = A[1], A[2]
-  local ik = P .. 'i:' .. k
-  if is_hash(ik) and (redis.call('HGET', ik, 'v') or '') ~= version then return 0 end
-  return drop(k)
-
-elseif op == 'remove_group' then
-  check_group(A[1])
-  local n = 0
-  for _, k in ipairs(redis.call('ZRANGE', P .. 'g:' .. A[1], 0, -1)) do n = n + drop(k) end
-  return n
-
-elseif op == 'remove_created_before' then
-  local prefix, before = A[1], A[2]
-  local n, from = 0, '[' .. prefix
-  while true do
-    local groups = redis.call('ZRANGEBYLEX', GROUPS, from, '+', 'LIMIT', 0, 128)
-    if #groups == 0 then return n end
-    for _, g in ipairs(groups) do
-      if string.sub(g, 1, #prefix) ~= prefix then return n end
-      check_group(g)
-      for _, k in ipairs(redis.call('ZRANGEBYSCORE', P .. 'c:' .. g, '-inf', '(' .. before)) do n = n + drop(k) end
-    end
-    from = '(' .. groups[#groups]
-  end
-
-elseif op == 'trim_group' then
-  local g, max_b = A[1], tonumber(A[2])
-  check_group(g)
-  local n = 0
-  while num(redis.call('HGET', U, 'b:' .. g)) > max_b do
-    local oldest = redis.call('ZRANGE', P .. 'g:' .. g, 0, 0)
-    if #oldest == 0 then break end
-    n = n + drop(oldest[1])
-  end
-  return n
-
-elseif op == 'sweep' then
-  -- One batch of a full walk over an index (the whole namespace, or one group), unindexing every entry
-  -- whose item Redis evicted; the rank to continue from, or -1 at the end.
-  local z, at, count = P .. A[1], tonumber(A[2]), tonumber(A[3])
-  local ks = redis.call('ZRANGE', z, at, at + count - 1)
-  local n = prune(ks)
-  if #ks < count then return -1 end
-  return at + count - n
-
-elseif op == 'list' or op == 'count' or op == 'remove_matching' then
-  -- One step of a walk over the directory (HSCAN: every entry present throughout is met at least once),
-  -- over the items of group g and, when given, of one server and one tool. Returns the next cursor ('0' at
-  -- the end) and, for 'list', key and fields of each match; for 'count', items and bytes; for
-  -- 'remove_matching', how many it dropped. Items are read without their bodies and are not touched.
-  local g, has_server, server, has_tool, tool, cursor, count = A[1], A[2], A[3], A[4], A[5], A[6], A[7]
-  local scanned = redis.call('HSCAN', D, cursor, 'COUNT', count)
-  local entries = scanned[2]
-  local out, n, bytes = {}, 0, 0
-  for i = 1, #entries, 2 do
-    local k = entries[i]
-    if group_of(entries[i + 1]) == g then
-      local ik = P .. 'i:' .. k
-      if is_hash(ik) then
-        local f = redis.call('HMGET', ik, 'm', 'g', 'c', 'x', 't', 's', 'k', 'sv', 'tl', 'v', 'z')
-        if (has_server == '0' or (f[8] or '') == server) and (has_tool == '0' or (f[9] or '') == tool) then
-          if op == 'list' then
-            out[#out + 1] = k
-            out[#out + 1] = f
-          elseif op == 'count' then
-            n = n + 1
-            bytes = bytes + (tonumber(f[11] or '') or item_size(ik))
-          else
-            n = n + drop(k)
-          end
-        end
-      end
-    end
-  end
-  if op == 'list' then return {scanned[1], out} end
-  return {scanned[1], n, bytes}
-
-elseif op == 'adopt' then
-  -- One SCAN step over the namespace's items, indexing each one held without a directory entry (after
-  -- Redis evicted the directory); the next cursor, '0' at the end.
-  local scanned = redis.call('SCAN', A[1], 'MATCH', P .. 'i:*', 'COUNT', tonumber(A[2]))
-  for _, ik in ipairs(scanned[2]) do
-    local k = string.sub(ik, #P + 3)
-    if not redis.call('HGET', D, k) and is_hash(ik) then reindex(k, ik) end
-  end
-  return scanned[1]
-
-elseif op == 'lost' then
-  return redis.call('HGET', U, 'lost') or false
-
-elseif op == 'found' then
-  -- Every item held when the directory was lost `A[1]` times is indexed again; a later loss keeps its mark.
-  if redis.call('HGET', U, 'lost') == A[1] then redis.call('HDEL', U, 'lost') end
-  return true
-
-elseif op == 'usage' then
-  local g = A[1]
-  if g == nil then return redis.call('HMGET', U, 'n', 'b') end
-  return redis.call('HMGET', U, 'n:' .. g, 'b:' .. g)
-end
-return redis.error_reply('mcpcache: unknown store operation ' .. tostring(op))
-"""
+_SCRIPT = resources.files("mcpcache.stores").joinpath("redis.lua").read_text(encoding="utf-8")
+"""Every operation of the store, dispatched on ARGV[2]: one Lua script, so each operation is atomic in Redis."""
 
 
 class RedisUnavailable(redis.exceptions.ConnectionError):
@@ -589,14 +201,14 @@ class RedisStore(Store):
         self.idle_ttl_s = idle_ttl_s
         self._prefix = "{" + namespace + "}:"
         self._script = self._client.register_script(_SCRIPT)
-        self._open_until = 0.0
+        self._circuit = Circuit(self.cooldown_s)
         self._idle_arg = "" if idle_ttl_s is None or idle_ttl_s == AUTO else str(math.ceil(float(idle_ttl_s) * 1000))
         self._policy_read_at: float | None = None
 
     @property
     def circuit_open(self) -> bool:
         """Whether the store is refusing operations after a timeout (see `cooldown_s`)."""
-        return time.monotonic() < self._open_until
+        return self._circuit.is_open
 
     @property
     def client(self) -> redis.asyncio.Redis:
@@ -776,7 +388,7 @@ class RedisStore(Store):
         )
 
     def _check_circuit(self) -> None:
-        left = self._open_until - time.monotonic()
+        left = self._circuit.left_s()
         if left > 0:
             raise RedisUnavailable(
                 f"Redis did not answer within {self.socket_timeout_s:g} s; not asked again for {left:.1f} s "
@@ -784,7 +396,7 @@ class RedisStore(Store):
             )
 
     def _trip(self, waited_s: float) -> None:
-        self._open_until = time.monotonic() + self.cooldown_s
+        self._circuit.trip()
         logger.warning(
             "Redis namespace %r: no answer within %g s; failing fast for %g s",
             self.namespace,

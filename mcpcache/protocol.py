@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from mcpcache.etag import META_KEY as META_KEY  # re-exported: the interop key
-from mcpcache.etag import parse_etag
+from mcpcache.etag import parse_etag, weak_equal
 
 # META_KEY ("io.modelcontextprotocol/cache", the interop value) is where the cache block lives in a
 # result's (and a request's) `_meta`. It is defined beside the tag, which must leave the block out.
@@ -160,3 +160,16 @@ class NotModifiedReply(BaseModel):
 
     def to_wire(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True, exclude_none=True)
+
+
+def unconfirmed(block: CacheBlock, sent_etag: str | None, *, is_error: bool) -> str | None:
+    """Why a not-modified reply confirms nothing (it is then never a result: the call is repeated without a
+    tag), or None when it confirms the tag that was sent (docs/protocol.md sections 4 and 5). The one rule
+    for every party that sends a tag: the client cache, and the gateway towards its upstream."""
+    if is_error:
+        return "a not-modified reply marked as an error confirms nothing"
+    if sent_etag is None:
+        return "not-modified reply to a request that carried no tag"
+    if block.etag is None or not weak_equal(block.etag, sent_etag):
+        return "not-modified reply does not name the tag that was sent"
+    return None

@@ -82,7 +82,7 @@ def _request(probe_name: str) -> dict[str, Any]:
         "arguments": "<ARGUMENTS the input schema refuses>" if probe.invalid else "<ARGUMENTS>",
     }
     if probe.shown is not None:
-        params["_meta"] = {META_KEY: {"etag": probe.shown}}
+        params["_meta"] = {META_KEY: {"etag": probe.shown}}  # as the probe sends it, malformed tags included
     step: dict[str, Any] = {"step": probe.name, "purpose": probe.purpose}
     if probe.phase == "after":
         step["after"] = "the mutating calls the operator names (for example an edit of what <TOOL> reads)"

@@ -120,6 +120,7 @@ async def call(
     timeout_s: float = 60.0,
 ) -> Exchange:
     """One `tools/call`, conditional when `tag` is not None, with its sizes on the wire."""
+    # Not `conditional_request_meta`: a probe sends malformed tags (any JSON value) on purpose.
     meta = {meta_key: {"etag": tag}} if tag is not None else None
     params = mt.CallToolRequestParams(name=name, arguments=dict(arguments), _meta=meta)
     mark = log.mark()

@@ -73,7 +73,7 @@ from mcpcache.client.policy import (
 from mcpcache.client.tier import DecodedTier, copy_result, hold
 from mcpcache.client.views import view_of
 from mcpcache.etag import CanonicalizationError
-from mcpcache.protocol import META_KEY, parse_cache_block
+from mcpcache.protocol import META_KEY, conditional_request_meta, parse_cache_block
 from mcpcache.stores.base import Match, Store, body_checksum
 from mcpcache.stores.opening import TOOLS_FILE, default_store
 
@@ -561,7 +561,10 @@ class ToolCache:
             requested_at = self.clock()
             if sent_etag is not None:
                 # Nothing else in the request changes: the caller's `_meta` goes as it would have.
-                request_meta: dict[str, Any] | None = {**(user_meta or {}), self.meta_key: {"etag": sent_etag}}
+                request_meta: dict[str, Any] | None = {
+                    **(user_meta or {}),
+                    **conditional_request_meta(sent_etag, self.meta_key),
+                }
             else:
                 request_meta = user_meta
             reply = await conn.send(name, args, request_meta, timeout_s)

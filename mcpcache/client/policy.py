@@ -20,7 +20,7 @@ from mcp.client.caching import CacheMode
 
 from mcpcache.client.keys import Arm
 from mcpcache.etag import weak_equal
-from mcpcache.protocol import NOT_MODIFIED_KEY, CacheBlock, Scope, parse_cache_block
+from mcpcache.protocol import NOT_MODIFIED_KEY, CacheBlock, Scope, parse_cache_block, unconfirmed
 
 __all__ = [
     "CACHE_MODES",
@@ -247,14 +247,12 @@ def decide_reply(
 ) -> Reply:
     """`block` is the reply's parsed cache block (None when it has none); `size` its answer's bytes."""
     if block is not None and block.not_modified:
-        if is_error:
-            return RepeatWithoutTag("a not-modified reply marked as an error confirms nothing")
-        if sent_etag is None:
-            return RepeatWithoutTag("not-modified reply to a request that carried no tag")
+        why = unconfirmed(block, sent_etag, is_error=is_error)
+        if why is not None:
+            return RepeatWithoutTag(why)
+        assert sent_etag is not None  # a reply that confirms a tag confirms the one that was sent
         if entry is None:
             return RepeatWithoutTag("not-modified reply but the stored entry is gone")
-        if block.etag is None or not weak_equal(block.etag, sent_etag):
-            return RepeatWithoutTag("not-modified reply does not name the tag that was sent")
         if entry.etag is None or not weak_equal(entry.etag, sent_etag):
             return RepeatWithoutTag("the stored entry changed while the request was in flight")
         refreshed = replace(

@@ -21,9 +21,8 @@ from typing import Literal
 
 import orjson
 
-from mcpcache.etag import weak_equal
 from mcpcache.gateway.config import ToolSettings
-from mcpcache.protocol import CacheBlock
+from mcpcache.protocol import CacheBlock, unconfirmed
 from mcpcache.server.policies import CachePolicy
 
 __all__ = [
@@ -117,8 +116,9 @@ def read_upstream(
     gateway sent upstream with the call (None: an ordinary call)."""
     policy = effective_policy(settings, upstream)
     if upstream is not None and upstream.not_modified:
-        if is_error or forwarded is None or upstream.etag is None or not weak_equal(upstream.etag, forwarded):
-            return AskAgainWithoutTag("the upstream answered not-modified, but not to the tag that was sent")
+        why = unconfirmed(upstream, forwarded, is_error=is_error)
+        if why is not None or upstream.etag is None:
+            return AskAgainWithoutTag(f"the upstream's reply confirms nothing: {why}")
         if not settings.etag:
             return AskAgainWithoutTag("the upstream answered not-modified to a tool the gateway does not tag")
         return UpstreamNotModified(policy, upstream.etag, "the upstream confirmed the tag itself")

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, TypeVar, assert_never, cast, overload
 import anyio
 from cachetools import LRUCache
 from mcp_types import CallToolResult, TextContent
-from opentelemetry import trace
 
 from mcpcache.client.contracts import Connection
 from mcpcache.client.entries import (
@@ -76,6 +75,7 @@ from mcpcache.etag import CanonicalizationError
 from mcpcache.protocol import META_KEY, conditional_request_meta, parse_cache_block
 from mcpcache.stores.base import Match, Store, body_checksum
 from mcpcache.stores.opening import TOOLS_FILE, default_store
+from mcpcache.telemetry import annotate_current_span
 
 if TYPE_CHECKING:
     from fastmcp import Client as FastMCPClient
@@ -731,16 +731,15 @@ def _remember(memory: dict[K, V], key: K, value: V) -> None:
 def _annotate_span(identity: CallIdentity, outcome: CallOutcome) -> None:
     """What the cache did, on the caller's current span when a tracer records it (nothing otherwise): as
     attributes (the last call under a span wins) and as one event per call."""
-    span = trace.get_current_span()
-    if not span.is_recording():
-        return
-    attributes: dict[str, str | int | bool] = {
-        "mcpcache.client.outcome": outcome.status,
-        "mcpcache.client.coalesced": outcome.coalesced,
-        "mcpcache.client.stored": outcome.stored,
-        "mcpcache.client.bytes_saved": outcome.bytes_saved,
-        "mcpcache.client.tool": identity.tool,
-        "mcpcache.client.server": readable_server(identity.server),
-    }
-    span.set_attributes(attributes)
-    span.add_event("mcpcache.client.tool_call", attributes)
+
+    def attributes() -> dict[str, str | int | bool]:
+        return {
+            "mcpcache.client.outcome": outcome.status,
+            "mcpcache.client.coalesced": outcome.coalesced,
+            "mcpcache.client.stored": outcome.stored,
+            "mcpcache.client.bytes_saved": outcome.bytes_saved,
+            "mcpcache.client.tool": identity.tool,
+            "mcpcache.client.server": readable_server(identity.server),
+        }
+
+    annotate_current_span(attributes, event="mcpcache.client.tool_call")

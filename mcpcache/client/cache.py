@@ -66,6 +66,7 @@ from mcpcache.client.policy import (
     ends_freshness,
     freshness_ended_at,
     may_serve,
+    may_share,
     reply_block,
     store_arm,
 )
@@ -134,6 +135,9 @@ class ToolCache:
     store: where answers are kept (default: a SQLite file in the user's cache directory).
     partition: the authorization context the answers belong to (derive it from a verified credential).
     share_public: serve answers the server marked public to other partitions of the same store.
+    keep_private: keep answers the server marked private (the default). False for a partition that answers
+        several principals it cannot tell apart (the gateway's unauthenticated callers): their private answers
+        are returned as they came and never kept (the outcome says so), public ones are kept as usual.
     trusted: believe the server's readOnlyHint annotations (then calls to tools not marked read-only end
         the freshness of that server's entries in this partition).
     keep_stale_s: how long a tagged entry is kept after it goes stale, for cheap revalidation.
@@ -155,6 +159,7 @@ class ToolCache:
         *,
         partition: str = "",
         share_public: bool = False,
+        keep_private: bool = True,
         trusted: bool = False,
         meta_key: str = META_KEY,
         keep_stale_s: float = DEFAULT_KEEP_STALE_S,
@@ -177,6 +182,7 @@ class ToolCache:
         """`close()` closes only a store this cache opened itself (the default one)."""
         self.partition = partition
         self.share_public = share_public
+        self.keep_private = keep_private
         self.trusted = trusted
         self.meta_key = meta_key
         self.keep_stale_s = keep_stale_s
@@ -383,9 +389,11 @@ class ToolCache:
                 match join:
                     case JoinFlight() if flight is not None:
                         shared = await self._flights.follow(flight, deadline)
-                        if shared is not None:
+                        if shared is not None and may_share(
+                            reply_block(shared[0].meta, self.meta_key), self.keep_private
+                        ):
                             return self._finish(identity, *shared)
-                        continue  # the leader failed for reasons of its own: this call goes on
+                        continue  # the leader failed for reasons of its own, or its answer is not ours to share
                     case JoinFlight():
                         shareable = True
                     case SendOwn():
@@ -582,6 +590,7 @@ class ToolCache:
                 requested_at=requested_at,
                 received_at=self.clock(),
                 store=store,
+                keep_private=self.keep_private,
             )
             match decision:
                 case ServeStored():

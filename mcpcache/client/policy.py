@@ -46,6 +46,7 @@ __all__ = [
     "ends_freshness",
     "freshness_ended_at",
     "may_serve",
+    "may_share",
     "readable_bytes",
     "readable_duration",
     "reply_block",
@@ -244,8 +245,10 @@ def decide_reply(
     requested_at: float,
     received_at: float,
     store: bool,
+    keep_private: bool = True,
 ) -> Reply:
-    """`block` is the reply's parsed cache block (None when it has none); `size` its answer's bytes."""
+    """`block` is the reply's parsed cache block (None when it has none); `size` its answer's bytes;
+    `keep_private`: whether this cache may keep private answers (see `ToolCache(keep_private=...)`)."""
     if block is not None and block.not_modified:
         why = unconfirmed(block, sent_etag, is_error=is_error)
         if why is not None:
@@ -270,6 +273,10 @@ def decide_reply(
         return ReturnUnstored(drop_entry=entry is not None, reason="not stored: the answer has no cache block")
     if not store:
         return ReturnUnstored(drop_entry=False, reason="not stored: bypass")
+    if block.cache_scope == "private" and not keep_private:
+        # What is stored here (public answers) is superseded by this answer, which must not be kept.
+        why = "not stored: private answers are not kept in this partition (it answers principals it cannot tell apart)"
+        return ReturnUnstored(drop_entry=entry is not None, reason=why)
     meta = EntryMeta(
         tool=tool,
         scope=block.cache_scope,
@@ -309,6 +316,13 @@ def decide_size(stored_bytes: int, max_answer_bytes: int, *, at_least: bool = Fa
     size = f"{'at least ' if at_least else ''}{readable_bytes(stored_bytes)}"
     why = f"not stored: the answer is {size} as stored, above max_answer_bytes ({readable_bytes(max_answer_bytes)})"
     return ReturnUnstored(drop_entry=True, reason=why)
+
+
+def may_share(block: CacheBlock | None, keep_private: bool) -> bool:
+    """Whether a follower of a single flight may be handed the leader's answer. A cache that keeps no private
+    answers answers principals it cannot tell apart (`ToolCache(keep_private=False)`), so it shares none
+    between its callers either; it shares what it would keep."""
+    return keep_private or (block is not None and block.cache_scope == "public")
 
 
 def may_serve(entry: EntryMeta, arm: Arm, share_public: bool) -> bool:

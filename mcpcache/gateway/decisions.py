@@ -148,13 +148,10 @@ is never the digest of a credential, so no caller's private partition can coinci
 
 @dataclass(frozen=True)
 class UseStore:
-    """Serve and keep through the shared store, in `partition`.
-
-    `private_stays_out`: the caller is anonymous, so an answer that turns out private (the upstream
-    narrowed a public tool) is handed back without being kept."""
+    """Serve and keep through the shared store, in `partition` (the anonymous partition keeps no private
+    answer: an answer the upstream narrows to private is handed back unkept, and never shared in flight)."""
 
     partition: str
-    private_stays_out: bool
     reason: str
 
 
@@ -173,10 +170,10 @@ def decide_store(has_store: bool, partition: str | None, settings: ToolSettings)
     if not has_store:
         return Direct("no shared store: tags and not-modified replies only")
     if partition is not None:
-        return UseStore(partition, False, "through the store, in the caller's partition")
+        return UseStore(partition, "through the store, in the caller's partition")
     if settings.scope == "private":
         return Direct("anonymous caller: private answers are never kept or served from the store")
-    return UseStore(ANONYMOUS_PARTITION, True, "anonymous caller: public answers only")
+    return UseStore(ANONYMOUS_PARTITION, "anonymous caller: public answers only")
 
 
 # Partitions -------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from mcpcache.client.cache import ToolCache
 from mcpcache.client.policy import DEFAULT_MAX_ANSWER_BYTES, reply_block
 from mcpcache.etag import CanonicalizationError, content_tag, weak_equal
 from mcpcache.gateway.decisions import (
+    ANONYMOUS_PARTITION,
     AskAgainWithoutTag,
     Direct,
     PartitionBy,
@@ -110,6 +111,9 @@ class PartitionCaches:
                 self.store,
                 partition=partition,
                 share_public=True,
+                # Callers the gateway cannot identify may send the upstream credentials of their own
+                # (forward_headers): what the upstream calls private is not theirs to share.
+                keep_private=partition != ANONYMOUS_PARTITION,
                 trusted=True,
                 meta_key=self.meta_key,
                 keep_stale_s=self.keep_stale_s,
@@ -344,23 +348,18 @@ class _UpstreamConnection:
 
     timeout_s: float | None = None
 
-    def __init__(self, leg: _Leg, era: str, private_stays_out: bool, requested: str | None, meta_key: str) -> None:
+    def __init__(self, leg: _Leg, era: str, requested: str | None, meta_key: str) -> None:
         self.leg = leg
         self.server_id = leg.route.server_id
         self.era = era
-        self.private_stays_out = private_stays_out
         self.requested = requested
         """The tag the caller holds (None: none), sent upstream when the cache has none of its own."""
         self.meta_key = meta_key
-        self.used = False
-        self.withheld: mt.CallToolResult | None = None
-        """An anonymous caller's answer that turned out private: handed back to the caller, never kept."""
         self._other: ToolResult | None = None
 
     async def send(
         self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None, timeout_s: float | None
     ) -> mt.CallToolResult | None:
-        self.used = True
         settings = self.leg.route.settings
         cached = requested_etag(meta, self.meta_key)
         fetched = await self.leg.fetch(forwarded_tag(settings, cached or self.requested))
@@ -374,16 +373,9 @@ class _UpstreamConnection:
                 return _as_call_result(reply)  # the cache matches it against the tag it sent
             case _Whole():
                 # Stamped as for a caller holding nothing: the cache keeps and serves what was received.
-                answer = _as_call_result(self.leg.for_caller(fetched, None))
+                return _as_call_result(self.leg.for_caller(fetched, None))
             case _:
                 assert_never(fetched)
-        block = reply_block(answer.meta, self.meta_key)
-        if self.private_stays_out and block is not None and block.cache_scope == "private":
-            # The cache keeps only answers with a block; without it, this one is handed back and not kept.
-            self.withheld = answer
-            rest = {key: value for key, value in (answer.meta or {}).items() if key != self.meta_key}
-            return answer.model_copy(update={"meta": rest or None})
-        return answer
 
     async def send_plain(self, name: str, arguments: dict[str, Any], meta: dict[str, Any] | None) -> mt.CallToolResult:
         assert self._other is not None
@@ -430,19 +422,17 @@ class GatewayMiddleware(Middleware):
         match plan:
             case Direct():
                 return await leg.answer(requested)
-            case UseStore(partition=partition, private_stays_out=stays_out):
+            case UseStore(partition=partition):
                 assert self.caches is not None
                 era = route.era or (front.protocol_version if front is not None else "unknown")
-                return await self._through_store(leg, partition, stays_out, era, requested)
+                return await self._through_store(leg, partition, era, requested)
             case _:
                 assert_never(plan)
 
-    async def _through_store(
-        self, leg: _Leg, partition: str, private_stays_out: bool, era: str, requested: str | None
-    ) -> ToolResult:
+    async def _through_store(self, leg: _Leg, partition: str, era: str, requested: str | None) -> ToolResult:
         assert self.caches is not None
         route = leg.route
-        conn = _UpstreamConnection(leg, era, private_stays_out, requested, self.meta_key)
+        conn = _UpstreamConnection(leg, era, requested, self.meta_key)
         try:
             result, outcome = await self.caches.get(partition).execute(conn, route.tool, leg.context.message.arguments)
         except _NotAToolAnswer as other:
@@ -453,13 +443,8 @@ class GatewayMiddleware(Middleware):
                 return confirmed.reply
             return await leg.answer(requested)
         logger.debug("tool %r: store: %s (%s)", route.public_name, outcome.status, outcome.reason)
-        if conn.withheld is not None:
-            result = conn.withheld
         block = reply_block(result.meta, self.meta_key)
         if result.is_error or block is None:
-            if not result.is_error and not conn.used:
-                # Another call's answer, shared in flight, that was handed back unkept: ask for this caller.
-                return await leg.answer(requested)
             return _as_tool_result(result)
         fresh_for = outcome.fresh_for_ms if outcome.status == "fresh_hit" else None
         policy = CachePolicy(

@@ -203,3 +203,20 @@ async def test_a_call_that_cannot_read_the_store_never_joins_an_older_flight(clo
 
 async def _append(results: list[Any], call: Any) -> None:
     results.append(await call)
+
+
+async def test_a_cache_that_keeps_no_private_answers_shares_none_in_flight(clock: FakeClock) -> None:
+    # keep_private=False: a partition answering principals it cannot tell apart (the gateway's anonymous
+    # callers, who may each send upstream credentials of their own). `gated` answers private: each caller
+    # gets its own answer from the server, none is handed another's, and none is kept.
+    from mcpcache.stores import MemoryStore
+
+    cache = ToolCache(MemoryStore(clock=clock), keep_private=False, clock=clock)
+    lab = Lab()
+    async with connect("mcp", ServerTarget.memory(build_lab("sdk", lab)), MODERN, cache) as conn:
+        mark = conn.mark()
+        results = await all_at_once(conn, lab, [K] * 5)
+        assert conn.tool_calls(mark) == 5
+    assert not any(call.outcome.coalesced or call.outcome.stored for call in results)
+    assert all("private answers are not kept" in call.outcome.reason for call in results)
+    assert (await cache.store.usage()).items == 0

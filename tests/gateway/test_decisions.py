@@ -92,7 +92,6 @@ def test_who_goes_through_the_store(has_store: bool, partition: str | None, scop
     assert isinstance(plan, expected)
     if isinstance(plan, UseStore):
         assert plan.partition == (partition or ANONYMOUS_PARTITION)
-        assert plan.private_stays_out == (partition is None)
 
 
 principals = st.builds(

@@ -41,8 +41,9 @@ from mcp.server.mcpserver import MCPServer
 
 from mcpcache.bench import byref
 from mcpcache.bench.byref import ROWS, query_answer, time_series
-from mcpcache.bench.common import RedisServer, machine, percentile
+from mcpcache.bench.common import machine, percentile
 from mcpcache.client import ToolCache
+from mcpcache.processes import RedisServer
 from mcpcache.refs import References, call_for_model
 from mcpcache.refs.uri import mint
 from mcpcache.server.fastmcp import install

@@ -75,20 +75,14 @@ from mcp_types import CallToolResult, ToolAnnotations
 from typing_extensions import TypedDict
 
 import mcpcache
-from mcpcache.bench.common import (
-    RedisServer,
-    free_port,
-    machine,
-    percentile,
-    stop_process,
-    wait_until_listening,
-)
+from mcpcache.bench.common import machine, percentile
 from mcpcache.bench.wire import CountingTransport, WireLog, WireRecord
 from mcpcache.client import ToolCache
 from mcpcache.client.cache import decode_result, encode_result
 from mcpcache.client.keys import CallIdentity
 from mcpcache.client.policy import EntryMeta, decide_lookup
 from mcpcache.demo.notebooks import generate_notebook_of_size
+from mcpcache.processes import RedisServer, free_port, stop_process, wait_until_listening
 from mcpcache.protocol import MAX_TTL_MS, META_KEY, conditional_request_meta
 from mcpcache.server.fastmcp import install
 from mcpcache.server.policies import CachePolicy, ToolPolicies

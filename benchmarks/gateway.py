@@ -43,12 +43,13 @@ import anyio
 import fastmcp
 from fastmcp.client.transports import StreamableHttpTransport
 
-from mcpcache.bench.common import RedisServer, machine, percentile
+from mcpcache.bench.common import machine, percentile
 from mcpcache.bench.hops import TAGS_ONLY, demo_servers, gateway, spread
 from mcpcache.bench.runner import parse_size
 from mcpcache.bench.wire import CountingFastMCPTransport, WireLog
 from mcpcache.client import ToolCache
 from mcpcache.demo.notebooks import generate_notebook_of_size
+from mcpcache.processes import RedisServer
 from mcpcache.stores import MemoryStore
 
 NOTEBOOK = "bench.ipynb"

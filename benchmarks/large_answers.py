@@ -37,12 +37,13 @@ import anyio
 import mcp
 from mcp.client.streamable_http import streamable_http_client
 
-from mcpcache.bench.common import RedisServer, free_port, machine, stop_process, wait_until_listening
+from mcpcache.bench.common import machine
 from mcpcache.bench.hops import demo_servers
 from mcpcache.bench.runner import parse_size
 from mcpcache.client import ToolCache
 from mcpcache.client.entries import decode_result, encode_entry, encode_result
 from mcpcache.demo.notebooks import generate_notebook_of_size
+from mcpcache.processes import RedisServer, free_port, stop_process, wait_until_listening
 from mcpcache.stores import Item, RedisStore, SQLiteStore, Store
 
 NOTEBOOK = "big.ipynb"

@@ -18,8 +18,9 @@ from typing import Any
 import anyio
 from fastmcp import Client, FastMCP
 
-from mcpcache.bench.common import RedisServer, percentile
+from mcpcache.bench.common import percentile
 from mcpcache.client import ToolCache
+from mcpcache.processes import RedisServer
 from mcpcache.refs import References
 from mcpcache.stores import RedisStore
 

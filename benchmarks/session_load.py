@@ -45,7 +45,7 @@ from typing import Any, TextIO
 import anyio
 import anyio.to_thread
 
-from mcpcache.bench.common import RedisServer, free_port, stop_process, wait_until_listening
+from mcpcache.processes import RedisServer, free_port, stop_process, wait_until_listening
 
 HERE = Path(__file__).resolve()
 TOOLS = ("ttl0", "short", "public", "plain")

@@ -22,8 +22,8 @@ import anyio
 import mcp
 import pytest
 
-from mcpcache.bench.common import free_port, stop_process, wait_until_listening
 from mcpcache.demo.notebooks import build_notebook, notebook_text
+from mcpcache.processes import free_port, stop_process, wait_until_listening
 
 pytestmark = pytest.mark.slow
 

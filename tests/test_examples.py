@@ -22,7 +22,7 @@ from fastmcp.client.transports import PythonStdioTransport, StdioTransport
 from mcp import Client
 
 from mcpcache import ToolCache
-from mcpcache.bench.common import free_port, stop_process, wait_until_listening
+from mcpcache.processes import free_port, stop_process, wait_until_listening
 from mcpcache.stores import MemoryStore
 
 ROOT = Path(__file__).resolve().parent.parent

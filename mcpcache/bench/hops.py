@@ -41,9 +41,10 @@ from mcp import StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from mcpcache.bench.common import free_port, percentile, stop_process, wait_until_listening
+from mcpcache.bench.common import percentile
 from mcpcache.bench.relay import Traffic, counting_relay
 from mcpcache.bench.wire import CountingTransport, WireLog
+from mcpcache.processes import free_port, stop_process, wait_until_listening
 
 NOTEBOOK = "big.ipynb"
 MAX_EVENT_BYTES = 1024 * 1024 * 1024

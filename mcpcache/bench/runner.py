@@ -33,9 +33,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from mcpcache.bench import report
-from mcpcache.bench.common import free_port, machine
+from mcpcache.bench.common import machine
 from mcpcache.bench.configs import Config, select
 from mcpcache.bench.worker import PRELOAD, WARM_UP_NOTEBOOK, RunSpec, run_server, run_worker
+from mcpcache.processes import free_port
 
 SIZES: dict[str, int] = {"100KB": 100_000, "1MB": 1_000_000, "5MB": 5_000_000, "20MB": 20_000_000}
 ALL_SIZES = ("100KB", "1MB", "5MB", "20MB")

@@ -45,9 +45,9 @@ from mcp.client import CacheConfig
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from mcpcache.bench.common import accepts
 from mcpcache.bench.configs import BY_KEY, Config
 from mcpcache.bench.wire import CountingTransport, WireLog
+from mcpcache.processes import accepts
 
 HTTP_MAX_EVENT_BYTES = 1024 * 1024 * 1024
 """The SDK's HTTP client refuses SSE events over 1 MB by default; a notebook read is many times that."""

@@ -61,9 +61,9 @@ def gateway(
         print(f"mcpcache gateway: {exc}", file=sys.stderr)
         raise typer.Exit(2) from None
 
-    from mcpcache.bench.common import free_port
     from mcpcache.client.identity import shown_url
     from mcpcache.gateway.app import KEEP_ALIVE_S, build_gateway, open_store
+    from mcpcache.processes import free_port
 
     serve = settings.gateway
     bound = serve.port or free_port()

@@ -11,9 +11,9 @@ import pytest
 from support.transports import SERVE_SCRIPT
 from typer.testing import CliRunner
 
-from mcpcache.bench.common import free_port
 from mcpcache.cli import app
 from mcpcache.cli.check import _paired_calls
+from mcpcache.processes import free_port
 
 
 @pytest.mark.parametrize(

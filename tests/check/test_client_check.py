@@ -22,13 +22,13 @@ import pytest
 from mcp.client._memory import InMemoryTransport
 from mcp.client.stdio import stdio_client
 
-from mcpcache.bench.common import accepts, free_port, stop_process
 from mcpcache.check.client_rules import CLIENT_SCENARIOS
 from mcpcache.check.core import Report
 from mcpcache.check.drive import as_json, drive, raw_caller
 from mcpcache.check.scripted import ClientCheck, build_scripted_server
 from mcpcache.check.wire import RawResult
 from mcpcache.client import ToolCache
+from mcpcache.processes import accepts, free_port, stop_process
 from mcpcache.protocol import META_KEY
 from mcpcache.stores import MemoryStore
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import pytest
 
-from mcpcache.bench.common import free_port, stop_process, wait_until_listening
+from mcpcache.processes import free_port, stop_process, wait_until_listening
 
 from .versioned import text_of
 

@@ -18,11 +18,11 @@ import uvicorn
 from fastmcp import FastMCP
 from fastmcp.server.providers.proxy import ProxyClient
 
-from mcpcache.bench.common import free_port, stop_process, wait_until_listening
 from mcpcache.demo.notebooks import generate_notebook, generate_notebook_of_size
 from mcpcache.demo.server import build_demo_server
 from mcpcache.gateway.app import Upstream, assemble_gateway
 from mcpcache.gateway.config import GatewayConfig, ToolSettings, UpstreamSettings
+from mcpcache.processes import free_port, stop_process, wait_until_listening
 from mcpcache.stores.base import Store
 
 from .counting_server import build_counting_server

@@ -25,13 +25,13 @@ import uvicorn
 from fastmcp.client.transports import StreamableHttpTransport
 from fastmcp.tools.base import ToolResult
 
-from mcpcache.bench.common import free_port
 from mcpcache.bench.relay import counting_relay
 from mcpcache.client import ToolCache
 from mcpcache.client.entries import TOOLS_GROUP
 from mcpcache.demo.server import build_demo_server
 from mcpcache.gateway.app import build_gateway
 from mcpcache.gateway.config import parse_config
+from mcpcache.processes import free_port
 from mcpcache.protocol import META_KEY
 from mcpcache.stores import MemoryStore, RedisStore, SQLiteStore
 from mcpcache.stores.base import Match, Store

@@ -32,8 +32,8 @@ import pytest
 from fastmcp import FastMCP
 from fastmcp.client.transports import StreamableHttpTransport
 
-from mcpcache.bench.common import free_port, stop_process, wait_until_listening
 from mcpcache.client import ToolCache
+from mcpcache.processes import free_port, stop_process, wait_until_listening
 from mcpcache.server.fastmcp import install
 from mcpcache.server.policies import CachePolicy, ToolPolicies
 from mcpcache.stores import RedisStore

@@ -23,7 +23,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from mcpcache.bench.common import accepts, stop_process
+from mcpcache.processes import accepts, stop_process
 
 from .transports import http_servers
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from mcpcache.bench.common import RedisServer, free_port
+from mcpcache.processes import RedisServer, free_port
 
 __all__ = ["REDIS_SERVER", "Frozen", "RedisServer", "free_port", "redis_server_binary", "used_memory"]
 

@@ -30,8 +30,8 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
 
-from mcpcache.bench.common import accepts, free_port, stop_process
 from mcpcache.bench.wire import CountingFastMCPTransport, CountingTransport, WireLog
+from mcpcache.processes import accepts, free_port, stop_process
 
 ServerKind = Literal["fastmcp", "sdk"]
 ClientKind = Literal["mcp", "fastmcp"]

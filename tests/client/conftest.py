@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from servers.twins import DATA_ENV
-from servers.twins import SCRIPT as TWINS_SCRIPT
+from fixture_servers.twins import DATA_ENV
+from fixture_servers.twins import SCRIPT as TWINS_SCRIPT
 from stores.backends import Backend, memory_backend, redis_backend, sqlite_backend
 from support.transports import http_servers
 
@@ -53,7 +53,7 @@ async def opened(backend: Backend) -> AsyncIterator[Store]:
 
 @pytest.fixture(scope="session")
 def twin_urls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """Two twin servers over streamable HTTP (tests/servers/twins.py): the same name and version, data "A"
+    """Two twin servers over streamable HTTP (tests/fixture_servers/twins.py): the same name and version, data "A"
     and data "B", started side by side once for the session and stopped by PID."""
     commands = [["env", f"{DATA_ENV}={data}", sys.executable, str(TWINS_SCRIPT), "http"] for data in TWINS]
     log_path = tmp_path_factory.mktemp("twins") / "servers.log"

@@ -1,6 +1,6 @@
 """A server for the client-cache tests, on FastMCP or on the MCP SDK's `MCPServer`.
 
-The catalogue (tests/servers/catalog.py) covers every return shape a tool author uses; these tests also
+The catalogue (tests/fixture_servers/catalog.py) covers every return shape a tool author uses; these tests also
 need what it does not have: a tool whose body waits for the test (single flight), tools annotated
 read-only and mutating (freshness ending), tools that send change notifications, a tool that fails on
 demand, and, on the SDK kind, a switchable hostile layer that rewrites replies on the wire the way a
@@ -18,10 +18,10 @@ import anyio
 import mcp_types as mt
 from fastmcp import Context as FastMCPContext
 from fastmcp import FastMCP
+from fixture_servers.catalog import DocStore
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context as SDKContext
 from mcp.server.mcpserver import MCPServer
-from servers.catalog import DocStore
 
 from mcpcache.server.fastmcp import install
 from mcpcache.server.policies import CachePolicy, ToolPolicies

@@ -14,7 +14,7 @@ import fastmcp
 import mcp
 import mcp_types as mt
 import pytest
-from servers.catalog import OWN_META_KEY, SERVER_KINDS, DocStore, ServerKind, build
+from fixture_servers.catalog import OWN_META_KEY, SERVER_KINDS, DocStore, ServerKind, build
 from support.transports import ERAS, MODERN, Era, ServerTarget
 
 from mcpcache.client import CachedCall, CacheStats, ToolCache

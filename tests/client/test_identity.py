@@ -3,7 +3,7 @@
 A server is named by its endpoint: a URL without the credentials in it, or a stdio command with its
 arguments, working directory and environment; an in-process server by the object; a bare
 `ClientSession` by the connection, unless the caller names it with `wrap(..., server_id=...)`. The
-twins (tests/servers/twins.py) all report the name "twin", version 1.0.0, and answer `whoami` with the
+twins (tests/fixture_servers/twins.py) all report the name "twin", version 1.0.0, and answer `whoami` with the
 data they were started with: one cache on one shared SQLite store, in one partition, must never serve
 one twin's answer to a caller talking to the other, and must share what one server answered between
 two connections to it.
@@ -24,9 +24,9 @@ import fastmcp
 import mcp
 import pytest
 from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
+from fixture_servers.twins import DATA_ENV, DATA_FILE, build_twins
+from fixture_servers.twins import SCRIPT as TWINS_SCRIPT
 from mcp.client._memory import InMemoryTransport
-from servers.twins import DATA_ENV, DATA_FILE, build_twins
-from servers.twins import SCRIPT as TWINS_SCRIPT
 
 from mcpcache.client import ToolCache
 from mcpcache.client import identity as client_identity

@@ -27,10 +27,10 @@ from support.jupyter import JupyterStack, require_jupyter_mcp_server
 require_jupyter_mcp_server()
 
 import mcp_types as mt  # noqa: E402
+from fixture_servers.catalog import SERVER_KINDS, ServerKind, build  # noqa: E402
 from jupyter_mcp_server import results as jresults  # noqa: E402
 from jupyter_mcp_server import revalidation as jreval  # noqa: E402
 from mcp.server.mcpserver import MCPServer  # noqa: E402
-from servers.catalog import SERVER_KINDS, ServerKind, build  # noqa: E402
 from support.calls import call_raw, call_stock  # noqa: E402
 from support.transports import ERAS, MODERN, Era, ServerTarget, stock_client  # noqa: E402
 

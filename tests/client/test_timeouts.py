@@ -6,7 +6,7 @@ leader's does, and never waits longer than it asked to; a leader that times out 
 fail its follower, which gets the answer. A call that starts after a mutating call returned never joins a
 read sent before it (read-your-writes).
 
-The server is tests/servers/twins.py, whose `slow` tool answers after the delay it is given; it runs in
+The server is tests/fixture_servers/twins.py, whose `slow` tool answers after the delay it is given; it runs in
 this process (memory streams) and in its own (stdio, streamable HTTP on 127.0.0.1). Times are asserted
 only as bounds with generous margins, and as the order in which two callers finished.
 """
@@ -21,8 +21,8 @@ from typing import Any
 import anyio
 import mcp_types as mt
 import pytest
-from servers.twins import SCRIPT as TWINS_SCRIPT
-from servers.twins import build_twins
+from fixture_servers.twins import SCRIPT as TWINS_SCRIPT
+from fixture_servers.twins import build_twins
 from support.transports import MODERN, ServerTarget, TransportKind
 
 from mcpcache.client import ToolCache

@@ -1,6 +1,6 @@
 """The core flows over real process boundaries: stdio and streamable HTTP, in both protocol eras.
 
-The servers are the catalogue's (tests/servers/serve.py) in their own processes, so the cache only ever
+The servers are the catalogue's (tests/fixture_servers/serve.py) in their own processes, so the cache only ever
 sees what crossed the wire. Body runs are read from the server with its undeclared `body_runs` tool,
 called around the cache. The HTTP servers are shared by the module; each cell uses keys of its own.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from servers.catalog import SERVER_KINDS, ServerKind
+from fixture_servers.catalog import SERVER_KINDS, ServerKind
 from support.transports import LEGACY, MODERN, Era, ServerTarget, catalogue_command, http_servers
 
 from mcpcache.client import ToolCache

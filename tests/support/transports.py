@@ -44,8 +44,8 @@ ERAS: tuple[Era, ...] = (MODERN, LEGACY)
 CLIENT_KINDS: tuple[ClientKind, ...] = ("mcp", "fastmcp")
 TRANSPORTS: tuple[TransportKind, ...] = ("memory", "stdio", "http")
 
-SERVE_SCRIPT = Path(__file__).resolve().parent.parent / "servers" / "serve.py"
-"""`python serve.py <fastmcp|sdk> <stdio|http> [port]` runs the catalogue server (tests/servers)."""
+SERVE_SCRIPT = Path(__file__).resolve().parent.parent / "fixture_servers" / "serve.py"
+"""`python serve.py <fastmcp|sdk> <stdio|http> [port]` runs the catalogue server (tests/fixture_servers)."""
 
 StockClient: TypeAlias = "mcp.Client | fastmcp.Client[Any]"
 

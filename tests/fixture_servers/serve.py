@@ -11,7 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from servers.catalog import build
+from fixture_servers.catalog import build
 
 
 def main(argv: list[str]) -> None:

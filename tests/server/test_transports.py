@@ -23,7 +23,7 @@ from typing import Any
 
 import mcp_types as mt
 import pytest
-from servers.catalog import (
+from fixture_servers.catalog import (
     NOT_MODIFIED_KIND,
     SERVER_KINDS,
     STOCK_SHAPES,

@@ -359,7 +359,7 @@ def test_values_without_an_exact_json_form_are_refused(value: Any) -> None:
 SERVE = """
 import sys
 sys.path.insert(0, {tests!r})
-from test_server_raw_tags import build_server
+from server.test_raw_tags import build_server
 build_server({{"value": {{"kind": "doc", "text": "http"}}, "meta": "m"}}).run(
     transport="http", host="127.0.0.1", port=int(sys.argv[1]), show_banner=False)
 """
@@ -370,7 +370,7 @@ async def test_over_streamable_http(tmp_path: Any) -> None:
     from support.transports import http_servers
 
     script = tmp_path / "serve_raw.py"
-    script.write_text(SERVE.format(tests=str(__import__("pathlib").Path(__file__).parent)))
+    script.write_text(SERVE.format(tests=str(__import__("pathlib").Path(__file__).parents[1])))
     log_path = tmp_path / "server.log"
     with log_path.open("wb") as log, http_servers([[sys.executable, str(script)]], log=log) as urls:
         reference = build_server({"value": {"kind": "doc", "text": "http"}, "meta": "m"})

@@ -33,7 +33,7 @@ from mcpcache.server.sdk import RevalidationExtension
 
 pytestmark = pytest.mark.anyio
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ANSWER = {"kind": "doc", "text": "first edition", "n": 1}
 
 

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from servers.cells import CELL_ID_KEY, KIND, SCRIPT, ServerKind, build
+from fixture_servers.cells import CELL_ID_KEY, KIND, SCRIPT, ServerKind, build
 from support.calls import block_of, call_conditional, call_stock, raw_block, wire
 from support.tags import answered_meta, tag_of
 from support.transports import (

@@ -2,8 +2,8 @@
 
 Each test runs against the FastMCP 4.1.6 adapter (`install` / `RevalidationMiddleware`) and the MCP SDK
 2.3.0 adapter (`RevalidationExtension`), through real clients on memory streams. The catalogue server
-(tests/servers/catalog.py) is built twice where a comparison needs it: once with mcpcache, once without.
-The transports and the other client are covered in test_server_transports.py.
+(tests/fixture_servers/catalog.py) is built twice where a comparison needs it: once with mcpcache, once without.
+The transports and the other client are covered in tests/server/test_transports.py.
 """
 
 from __future__ import annotations
@@ -19,9 +19,7 @@ import pytest
 from fastmcp import FastMCP
 from fastmcp.server.middleware import Middleware
 from fastmcp.server.middleware.caching import ResponseCachingMiddleware
-from mcp.server.mcpserver import MCPServer
-from pydantic import BaseModel
-from servers.catalog import (
+from fixture_servers.catalog import (
     NOT_MODIFIED_KIND,
     OWN_META_KEY,
     SERVER_KINDS,
@@ -32,6 +30,8 @@ from servers.catalog import (
     build,
     policy_of,
 )
+from mcp.server.mcpserver import MCPServer
+from pydantic import BaseModel
 from support.calls import block_of, call_conditional, call_raw, call_stock, raw_block, wire
 from support.served_tags import served_tag
 from support.tags import tag_of

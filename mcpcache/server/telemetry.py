@@ -5,10 +5,11 @@ mcpcache adds what it decided to that span rather than opening one of its own, s
 span per call with the cache's outcome on it:
 
 - `mcpcache.tool`: the tool name as called;
-- `mcpcache.outcome`: `stamped`, `not_modified`, `conversion_skipped`, `body_skipped`, `error` or
-  `passed_through` (the values of `Outcome`, explained in docs/server.md);
+- `mcpcache.outcome`: `stamped`, `not_modified`, `conversion_skipped`, `body_skipped`, `delta`, `error`
+  or `passed_through` (the values of `Outcome`, explained in docs/server.md);
 - `mcpcache.bytes_saved`: on a not-modified reply, the size of the answer that was not sent, when it is
-  known (the canonical or raw bytes the tag was computed from; absent when the body never ran).
+  known (the canonical or raw bytes the tag was computed from; absent when the body never ran); on a
+  delta reply, the answer's size less the delta's.
 
 `opentelemetry-api` is not a dependency of mcpcache (the MCP SDK brings it): without it, or without a
 configured tracer provider (the current span is then a non-recording one), this is a no-op costing one
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-Outcome = Literal["stamped", "not_modified", "conversion_skipped", "body_skipped", "error", "passed_through"]
+Outcome = Literal["stamped", "not_modified", "conversion_skipped", "body_skipped", "delta", "error", "passed_through"]
 
 _UNSET: Any = object()
 _trace: Any = _UNSET

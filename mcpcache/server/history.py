@@ -32,6 +32,7 @@ from typing import Any, Final, Literal
 import orjson
 from pydantic import BaseModel
 
+from mcpcache.canonical import CanonicalizationError, _reject_non_finite
 from mcpcache.etag import META_KEY, meta_without_block, opaque_tag, wire_content
 
 __all__ = [
@@ -123,6 +124,15 @@ class Version:
         return document
 
 
+def _json_bytes(value: Any) -> bytes:
+    """`value`'s compact JSON, keys in their order. orjson writes NaN and the infinities as null, which
+    would make a version that differs from what was sent: a null in the output is looked into."""
+    data = orjson.dumps(value)
+    if b"null" in data:
+        _reject_non_finite(value)
+    return data
+
+
 def version_of(
     content: Iterable[BaseModel | Mapping[str, Any]],
     structured_content: Any,
@@ -143,14 +153,14 @@ def version_of(
                     size += sys.getsizeof(value)
                     json_size += len(name) + len(value) + 6
             else:
-                serialised = orjson.dumps(block)
+                serialised = _json_bytes(block)
                 blocks.append(serialised)
                 size += sys.getsizeof(serialised)
                 json_size += len(serialised) + 1
-        structured = None if structured_content is None else orjson.dumps(structured_content)
+        structured = None if structured_content is None else _json_bytes(structured_content)
         rest = meta_without_block(meta, meta_key)
-        meta_bytes = None if rest is None else orjson.dumps(rest)
-    except (TypeError, orjson.JSONEncodeError):
+        meta_bytes = None if rest is None else _json_bytes(rest)
+    except (TypeError, orjson.JSONEncodeError, CanonicalizationError):
         return None
     for data in (structured, meta_bytes):
         if data is not None:

@@ -27,7 +27,7 @@ from pydantic import BaseModel
 
 from mcpcache.etag import weak_equal
 from mcpcache.protocol import META_KEY, CacheBlock, Conditions, DeltaBlock, DeltaReply, NotModifiedReply, answer_kind
-from mcpcache.server.history import PUBLIC, Partition
+from mcpcache.server.history import PUBLIC, Partition, StructuredInText
 from mcpcache.server.policies import CachePolicy
 
 __all__ = [
@@ -346,6 +346,10 @@ class BelowTagging:
     """The length of the bytes `tag` was computed from, when the caller says."""
     converted: bool = False
     """Whether the framework had already converted the answer when `decide` was called."""
+    structured_in_text: StructuredInText = None
+    """Set when the answer's one text block is, by the framework's own construction, the JSON of its
+    structured content ("plain"), or of the value it wraps under `result` ("wrapped"): the history then
+    keeps the text once instead of a second copy of the same data."""
 
     def decide(
         self, tag: str, structured_content: Any, *, is_error: bool = False, size: int | None = None

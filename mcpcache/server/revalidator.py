@@ -64,6 +64,7 @@ from mcpcache.server.history import (
     AnswerHistory,
     HistoryKey,
     Partition,
+    StructuredInText,
     Version,
     version_of,
 )
@@ -273,6 +274,14 @@ class _Callbacks(Generic[R]):
         return await self.structured_output() if self.structured_output is not None else None
 
 
+@dataclass(frozen=True)
+class _Facts:
+    """What the driver knows about an answer beyond the answer itself, for recording it in the history."""
+
+    finite: bool
+    structured_in_text: StructuredInText = None
+
+
 # The driver ---------------------------------------------------------------------------------------
 
 
@@ -462,9 +471,14 @@ class Revalidator:
             self._structured_seen[tool] = answer.structured_content is not None
             self._kind_seen[tool] = answer_kind(answer.structured_content)
         tag, size = pre_tag, None
+        # What recording the answer may take for granted: a tag hashed from the answer (or from the raw
+        # value it was converted from) refused any NaN or infinity in it, a validator's tag says nothing
+        # about the answer; the layer below may know that the text block is the structured content's JSON.
+        facts = _Facts(finite=pre_tag is None)
         if needs_content_tag(policy, pre_tag, answer):
             if below is not None and below.tag is not None:
                 tag, size = below.tag, below.size
+                facts = _Facts(finite=True, structured_in_text=below.structured_in_text)
             else:
                 tag, size = self._answer_tag(tool, answer)
         after = decide_after_body(tool, policy, requested, tag, answer, meta_key=self.meta_key)
@@ -472,9 +486,8 @@ class Revalidator:
             case SendAsIs(reason=reason):
                 return self._record(tool, PassThrough(result, reason), is_error=answer.is_error)
             case Stamp(block=block, reason=reason):
-                return self._record(
-                    tool, self._full_or_delta(call, policy, args, conditions, answer, result, block, reason)
-                )
+                sent = self._full_or_delta(call, policy, args, conditions, answer, result, block, reason, facts)
+                return self._record(tool, sent)
             case AnswerNotModified(reply=reply, reason=reason):
                 self._confirmed(call, policy, args, requested)
                 return self._record(tool, NotModified(reply, body_ran=True, reason=reason, size=size))
@@ -514,6 +527,7 @@ class Revalidator:
         result: R,
         block: CacheBlock,
         reason: str,
+        facts: _Facts,
     ) -> Stamped[R] | DeltaSent:
         """Record the stamped answer in the history, and send it, or the change only when the caller holds
         an older answer the history still has."""
@@ -525,7 +539,14 @@ class Revalidator:
         if self.history is not None and key is not None and tag is not None:
             # Looked up before the new answer is recorded, which may push the base out of its key's versions.
             base = self.history.get(key, plan.base) if isinstance(plan, TryDelta) else None
-            version = version_of(answer.content, answer.structured_content, answer.meta, self.meta_key)
+            version = version_of(
+                answer.content,
+                answer.structured_content,
+                answer.meta,
+                self.meta_key,
+                finite=facts.finite,
+                structured_in_text=facts.structured_in_text,
+            )
             if version is not None:
                 self.history.record(key, tag, version)
         match plan:
@@ -562,8 +583,14 @@ class Revalidator:
         ops_size = 0
         digest: str | None = None
         if base is not None and version is not None:
+            try:
+                base_document = base.document()
+            except orjson.JSONDecodeError:  # a framework broke its promise that a text block was JSON
+                logger.warning("tool %r: a version in the history could not be read back; full answer", tool)
+                base = None
+        if base is not None and version is not None:
             new_document = delta.answer_document(answer.content, answer.structured_content, answer.meta, self.meta_key)
-            ops = delta.diff(base.document(), new_document, max_bytes=version.json_size // 2)
+            ops = delta.diff(base_document, new_document, max_bytes=version.json_size // 2)
             if ops is not None:
                 ops_size = len(orjson.dumps(ops))
                 try:

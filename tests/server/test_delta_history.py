@@ -13,9 +13,11 @@ from typing import Any
 
 import fastmcp
 import mcp_types as mt
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.transports import MODERN, ServerTarget, stock_client
 
 from mcpcache.delta import answer_document
 from mcpcache.protocol import META_KEY, conditional_request_meta, parse_cache_block
@@ -94,6 +96,55 @@ def test_a_version_counts_what_it_holds() -> None:
     # One character beyond U+FFFF makes Python store four bytes for every character: counted as held.
     assert wide.size - small.size >= 3 * 9_999
     assert small.json_size >= 10_000
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_structured_content_that_the_text_block_holds_is_kept_once(wrapped: bool) -> None:
+    value = {"kind": "doc", "lines": ["x" * 1000, "y"]}
+    text = orjson.dumps(value).decode()
+    structured = {"result": value} if wrapped else value
+    content = [mt.TextContent(type="text", text=text)]
+    once = version_of(content, structured, None, structured_in_text="wrapped" if wrapped else "plain")
+    twice = version_of(content, structured, None)
+    assert once is not None
+    assert twice is not None
+    assert once.structured is None
+    assert once.document() == twice.document() == answer_document(content, structured, None)
+    assert once.size < twice.size - 1000
+    assert once.json_size >= 2 * len(text)  # half the answer is still measured against all of it
+
+
+@pytest.mark.parametrize(
+    ("content", "structured", "claim"),
+    [
+        ([{"type": "text", "text": "{}"}, {"type": "text", "text": "{}"}], {}, "plain"),  # two blocks
+        ([{"type": "image", "data": "aGk=", "mimeType": "image/png"}], {}, "plain"),  # no text block
+        ([{"type": "text", "text": "{}"}], ["a list"], "plain"),  # not an object
+        ([{"type": "text", "text": "{}"}], {"result": {}, "more": 1}, "wrapped"),  # not a wrapper
+    ],
+)
+def test_a_claim_the_answer_s_shape_cannot_bear_is_not_taken(content: Any, structured: Any, claim: Any) -> None:
+    version = version_of(content, structured, None, structured_in_text=claim)
+    assert version is not None
+    assert version.structured is not None
+    assert version.document() == answer_document(content, structured, None)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("kind", ["fastmcp", "sdk"])
+async def test_a_fastmcp_dict_answer_is_held_once_and_others_as_sent(kind: Any) -> None:
+    """FastMCP writes a returned dict's text block from its structured content, so the history keeps the
+    text alone; the SDK's `MCPServer` gives the adapter no such promise, so both are kept."""
+    server, layer = build(kind)
+    assert layer.history is not None
+    async with stock_client("mcp", ServerTarget.memory(server), MODERN) as client:
+        answer = await client.call_tool("notes", {"key": "once"})
+    text = answer.content[0].text  # type: ignore[union-attr]
+    held = layer.history.snapshot().bytes
+    if kind == "fastmcp":
+        assert held < len(text) + 2048
+    else:
+        assert held > 2 * len(text) - 2048
 
 
 # The bounds -------------------------------------------------------------------------------------------
@@ -200,7 +251,7 @@ async def test_the_history_stays_within_its_bound_over_a_thousand_edits() -> Non
     """Three keys, each edited and read again 333 times through a real FastMCP server, every read asking
     for a delta. The counted bytes never pass the bound, the memory really held stays near it, and the
     deltas keep coming (the last base is always held)."""
-    bound = 256 * 1024
+    bound = 128 * 1024
     notes = Notes()
     server, layer = build("fastmcp", notes, delta_history_bytes=bound)
     history = layer.history

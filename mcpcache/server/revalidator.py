@@ -278,8 +278,12 @@ class _Callbacks(Generic[R]):
 class _Facts:
     """What the driver knows about an answer beyond the answer itself, for recording it in the history."""
 
-    finite: bool
+    from_answer: bool
+    """The tag was hashed from the answer (or from the raw value it was converted from): an equal tag
+    means an identical answer, and the hash refused any NaN or infinity in it. A validator's tag names a
+    version of the source, and says nothing of the kind."""
     structured_in_text: StructuredInText = None
+    """What the layer below knows of the text block (`BelowTagging.structured_in_text`)."""
 
 
 # The driver ---------------------------------------------------------------------------------------
@@ -471,14 +475,11 @@ class Revalidator:
             self._structured_seen[tool] = answer.structured_content is not None
             self._kind_seen[tool] = answer_kind(answer.structured_content)
         tag, size = pre_tag, None
-        # What recording the answer may take for granted: a tag hashed from the answer (or from the raw
-        # value it was converted from) refused any NaN or infinity in it, a validator's tag says nothing
-        # about the answer; the layer below may know that the text block is the structured content's JSON.
-        facts = _Facts(finite=pre_tag is None)
+        facts = _Facts(from_answer=pre_tag is None)
         if needs_content_tag(policy, pre_tag, answer):
             if below is not None and below.tag is not None:
                 tag, size = below.tag, below.size
-                facts = _Facts(finite=True, structured_in_text=below.structured_in_text)
+                facts = _Facts(from_answer=True, structured_in_text=below.structured_in_text)
             else:
                 tag, size = self._answer_tag(tool, answer)
         after = decide_after_body(tool, policy, requested, tag, answer, meta_key=self.meta_key)
@@ -539,16 +540,20 @@ class Revalidator:
         if self.history is not None and key is not None and tag is not None:
             # Looked up before the new answer is recorded, which may push the base out of its key's versions.
             base = self.history.get(key, plan.base) if isinstance(plan, TryDelta) else None
-            version = version_of(
-                answer.content,
-                answer.structured_content,
-                answer.meta,
-                self.meta_key,
-                finite=facts.finite,
-                structured_in_text=facts.structured_in_text,
-            )
-            if version is not None:
-                self.history.record(key, tag, version)
+            # The same answer read again (by every stock client, which never sends a tag) is not recorded
+            # again: under a tag hashed from the answer, the version held is this very answer.
+            version = self.history.get(key, tag) if facts.from_answer else None
+            if version is None:
+                version = version_of(
+                    answer.content,
+                    answer.structured_content,
+                    answer.meta,
+                    self.meta_key,
+                    finite=facts.from_answer,
+                    structured_in_text=facts.structured_in_text,
+                )
+                if version is not None:
+                    self.history.record(key, tag, version)
         match plan:
             case SendFull(reason=why):
                 if not conditions.accept_delta:

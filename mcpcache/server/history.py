@@ -270,10 +270,9 @@ class AnswerHistory:
         """Keep `version` as the answer sent under `tag` for `key`. Returns whether it was kept.
 
         A version that alone would take more than half the bound is refused (a delta needs two: the base
-        and the new answer), and so as not to serve an older answer under the same tag, any version held
-        under that tag is dropped. Recording a tag already held replaces its version: for a validator's
-        tag the body may have read a newer source than the tag named, and the latest is what the caller
-        holds now.
+        and the new answer), and so as not to keep another answer under the same tag, any version held
+        under that tag is dropped. Recording a tag already held replaces its version (the driver looks a
+        tag up before it records one, and records only tags it does not hold).
         """
         opaque = opaque_tag(tag)
         if opaque is None:

@@ -540,9 +540,12 @@ class Revalidator:
         if self.history is not None and key is not None and tag is not None:
             # Looked up before the new answer is recorded, which may push the base out of its key's versions.
             base = self.history.get(key, plan.base) if isinstance(plan, TryDelta) else None
-            # The same answer read again (by every stock client, which never sends a tag) is not recorded
-            # again: under a tag hashed from the answer, the version held is this very answer.
-            version = self.history.get(key, tag) if facts.from_answer else None
+            # A tag already held is not recorded again, so the same answer read again (by every stock
+            # client, which never sends a tag) costs a lookup. Under a tag hashed from the answer the
+            # version held is this very answer. Under a validator's tag it is the answer first sent under
+            # it; a body that raced the validator and read a newer source sends another answer under the
+            # same tag, and a client holding that one fails a later delta's digest and asks again.
+            version = self.history.get(key, tag)
             if version is None:
                 version = version_of(
                     answer.content,

@@ -52,12 +52,12 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 import orjson
 from mcp_types import CallToolResult
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from mcpcache.etag import META_KEY, CanonicalizationError, exact_json, meta_without_block, wire_content
 
@@ -67,6 +67,7 @@ __all__ = [
     "MAX_OPS",
     "MAX_REWRITTEN",
     "DeltaError",
+    "answer_document",
     "apply",
     "diff",
     "document_of",
@@ -106,12 +107,23 @@ class DeltaError(ValueError):
 
 def document_of(result: CallToolResult, meta_key: str = META_KEY) -> dict[str, Any]:
     """The document of an answer: what a delta's ops point into (see the module docstring)."""
-    document: dict[str, Any] = {"content": wire_content(result.content)}
-    if result.structured_content is not None:
-        document["structuredContent"] = result.structured_content
-    meta = meta_without_block(result.meta, meta_key)
-    if meta is not None:
-        document["_meta"] = meta
+    return answer_document(result.content, result.structured_content, result.meta, meta_key)
+
+
+def answer_document(
+    content: Iterable[BaseModel | Mapping[str, Any]],
+    structured_content: Any,
+    meta: Mapping[str, Any] | None,
+    meta_key: str = META_KEY,
+) -> dict[str, Any]:
+    """`document_of` from an answer's three fields, for a caller that holds them apart (a server adapter's
+    own result type) and would otherwise build a `CallToolResult` only to take it apart again."""
+    document: dict[str, Any] = {"content": wire_content(content)}
+    if structured_content is not None:
+        document["structuredContent"] = structured_content
+    rest = meta_without_block(meta, meta_key)
+    if rest is not None:
+        document["_meta"] = rest
     return document
 
 

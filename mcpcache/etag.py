@@ -158,6 +158,13 @@ def parse_etag(value: object) -> str | None:
     return value if _ETAG_RE.fullmatch(value) else None
 
 
+def opaque_tag(tag: object) -> str | None:
+    """The opaque part of a well-formed tag (what weak comparison compares: `W/` and quotes dropped), or
+    None. Two tags are weakly equal exactly when their opaque parts are equal and not None."""
+    match = _ETAG_RE.fullmatch(tag) if isinstance(tag, str) and len(tag) <= MAX_ETAG_LENGTH else None
+    return match.group(2) if match is not None else None
+
+
 def weak_equal(a: object, b: object) -> bool:
     """Weak comparison (RFC 9110 8.8.3.2): opaque tags equal, W/ ignored. Malformed equals nothing."""
     ma = _ETAG_RE.fullmatch(a) if isinstance(a, str) and len(a) <= MAX_ETAG_LENGTH else None

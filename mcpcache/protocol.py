@@ -1,14 +1,23 @@
-"""The wire vocabulary of mcpcache: the cache block on a tool result, and the not-modified reply.
+"""The wire vocabulary of mcpcache: the cache block on a tool result, the conditional request, and the
+two replies that stand in for an answer (not-modified and delta).
 
 Everything that reads a cache block from a peer goes through `parse_cache_block`, which never raises:
 a peer's malformed `_meta` becomes "no block" or a block with safe defaults, never an exception in the
 caller's path (docs/protocol.md section 1). Everything that writes one goes through `CacheBlock.to_wire`.
+A request's conditions (its tag, the delta formats it accepts) are read by `read_conditions`.
+
+A delta block is the one field that is never read as absent when malformed: a reply that carries one
+has empty content and a stub in place of the answer, so reading a broken delta as "no delta" would make
+the stub look like the answer. It reads as `MalformedDelta` instead, which a client treats like any
+delta it cannot apply: it repeats the call without a tag (docs/protocol.md section 11).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -23,6 +32,8 @@ EXTENSION_ID = "io.github.mcpcache/revalidation"
 """The extension a server using mcpcache advertises on protocol 2026-07-28."""
 
 NOT_MODIFIED_KEY = "notModified"
+DELTA_KEY = "delta"
+ACCEPT_DELTA_KEY = "acceptDelta"
 TAG_ALGORITHM = "xxh3-128/canonical-json"
 MAX_TTL_MS = 24 * 60 * 60 * 1000
 """Longer hints are clamped: a day is already longer than any sensible tool-result lifetime. The same bound
@@ -33,10 +44,20 @@ bare `import mcpcache` included (tests/test_protocol.py checks that the two agre
 Scope = Literal["private", "public"]
 _WIRE_FIELDS = ("ttlMs", "cacheScope", "etag", NOT_MODIFIED_KEY)
 
+MAX_ACCEPTED_FORMATS = 16
+"""A request naming more delta formats is read for its first 16: nobody implements more, and a reader
+must not walk an arbitrarily long list a peer sent."""
+MAX_FORMAT_LENGTH = 128
+_DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 
-def extension_settings(meta_key: str = META_KEY) -> dict[str, Any]:
-    """What a server advertises under `capabilities.extensions[EXTENSION_ID]`."""
-    return {"metaKey": meta_key, "notModifiedKey": NOT_MODIFIED_KEY, "tagAlgorithm": TAG_ALGORITHM}
+
+def extension_settings(meta_key: str = META_KEY, *, delta_formats: Sequence[str] = ()) -> dict[str, Any]:
+    """What a server advertises under `capabilities.extensions[EXTENSION_ID]`; `deltaFormats` only when
+    the server can send delta replies."""
+    settings: dict[str, Any] = {"metaKey": meta_key, "notModifiedKey": NOT_MODIFIED_KEY, "tagAlgorithm": TAG_ALGORITHM}
+    if delta_formats:
+        settings["deltaFormats"] = list(delta_formats)
+    return settings
 
 
 def _tolerant_ttl(value: object) -> int | None:
@@ -54,6 +75,67 @@ def _tolerant_ttl(value: object) -> int | None:
     return 0
 
 
+class DeltaBlock(BaseModel):
+    """`block["delta"]` of a delta reply (docs/protocol.md section 11): the ops that turn the answer sent
+    under `base` into the current one, in `format`, and the digest of the answer they must produce.
+
+    Read from a peer only through `parse_cache_block`, which checks the shape of every field (and says
+    `MalformedDelta` otherwise); whether the ops apply, and whether the result has `digest`, is for the
+    receiver to find out (`mcpcache.delta.apply`, `mcpcache.etag.answer_digest`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    base: str
+    """The tag of the answer the ops apply to, as the server wrote it (weakly equal to the request's)."""
+    format: str
+    ops: list[Any]
+    digest: str
+    """`sha256:` and 64 lowercase hex digits (`mcpcache.etag.answer_digest` of the new answer)."""
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"base": self.base, "format": self.format, "ops": self.ops, "digest": self.digest}
+
+
+class MalformedDelta(BaseModel):
+    """A `delta` field was present but is not a delta block: the reply is neither an answer nor a delta
+    that can be applied. A client repeats the call without a tag, as for any delta it cannot use."""
+
+    model_config = ConfigDict(frozen=True)
+
+    reason: str
+
+
+def _json_kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else type(value).__name__
+
+
+def parse_delta(raw: object) -> DeltaBlock | MalformedDelta:
+    """A peer's `delta` field, read without raising: a `DeltaBlock` when every field has its shape."""
+    if not isinstance(raw, Mapping):
+        return MalformedDelta(reason=f"the delta is {_json_kind(raw)}, not an object")
+    base = parse_etag(raw.get("base"))
+    if base is None:
+        return MalformedDelta(reason="its base is not a well-formed entity tag")
+    name = raw.get("format")
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_FORMAT_LENGTH:
+        return MalformedDelta(reason="its format is not a name")
+    ops = raw.get("ops")
+    if not isinstance(ops, list):
+        return MalformedDelta(reason="its ops are not an array")
+    digest = raw.get("digest")
+    if not isinstance(digest, str) or not _DIGEST_RE.fullmatch(digest):
+        return MalformedDelta(reason="its digest is not sha256:<64 lowercase hex digits>")
+    return DeltaBlock(base=base, format=name, ops=ops, digest=digest)
+
+
 class CacheBlock(BaseModel):
     """`result._meta[META_KEY]` as read or written. Construction from peer data never raises."""
 
@@ -63,6 +145,8 @@ class CacheBlock(BaseModel):
     cache_scope: Scope = Field(default="private", alias="cacheScope")
     etag: str | None = None
     not_modified: bool = Field(default=False, alias="notModified")
+    delta: DeltaBlock | MalformedDelta | None = None
+    """None: the block carries no `delta` field (the reply is not a delta reply)."""
 
     @field_validator("ttl_ms", mode="before")
     @classmethod
@@ -85,6 +169,13 @@ class CacheBlock(BaseModel):
     def _not_modified(cls, value: object) -> bool:
         return value is True
 
+    @field_validator("delta", mode="before")
+    @classmethod
+    def _delta(cls, value: object) -> DeltaBlock | MalformedDelta | None:
+        if value is None or isinstance(value, DeltaBlock | MalformedDelta):
+            return value
+        return parse_delta(value)
+
     @property
     def cacheable(self) -> bool:
         """A result may be stored only when it says how long (ttlMs) or how to revalidate (etag)."""
@@ -98,6 +189,8 @@ class CacheBlock(BaseModel):
             wire["etag"] = self.etag
         if self.not_modified:
             wire[NOT_MODIFIED_KEY] = True
+        if isinstance(self.delta, DeltaBlock):  # a MalformedDelta is only ever read, never written
+            wire[DELTA_KEY] = self.delta.to_wire()
         return wire
 
 
@@ -109,7 +202,11 @@ def parse_cache_block(meta: object, key: str = META_KEY) -> CacheBlock | None:
     if not isinstance(raw, Mapping):
         return None
     # Only the wire names count: the model also accepts its Python field names, which are not wire fields.
-    return CacheBlock.model_validate({name: raw[name] for name in _WIRE_FIELDS if name in raw})
+    fields = {name: raw[name] for name in _WIRE_FIELDS if name in raw}
+    if DELTA_KEY in raw:
+        # Present is a claim, whatever it holds: `"delta": null` is malformed, not absent.
+        fields["delta"] = parse_delta(raw[DELTA_KEY])
+    return CacheBlock.model_validate(fields)
 
 
 def requested_etag(request_meta: object, key: str = META_KEY) -> str | None:
@@ -118,9 +215,53 @@ def requested_etag(request_meta: object, key: str = META_KEY) -> str | None:
     return block.etag if block is not None else None
 
 
-def conditional_request_meta(etag: str, key: str = META_KEY) -> dict[str, Any]:
-    """The request `_meta` of a conditional `tools/call` (docs/protocol.md section 3)."""
-    return {key: {"etag": etag}}
+@dataclass(frozen=True)
+class Conditions:
+    """What a request's cache block asks for: the tag the caller holds, and the delta formats it can apply
+    (in the caller's order of preference; empty: it takes no delta)."""
+
+    etag: str | None = None
+    accept_delta: tuple[str, ...] = ()
+
+
+NO_CONDITIONS = Conditions()
+
+
+def accepted_delta_formats(request_meta: object, key: str = META_KEY) -> tuple[str, ...]:
+    """The delta formats a request's block lists under `acceptDelta`, read tolerantly: only an array
+    counts, entries that are not short non-empty strings are skipped, duplicates dropped, at most
+    `MAX_ACCEPTED_FORMATS` read. Never raises."""
+    if not isinstance(request_meta, Mapping):
+        return ()
+    raw = request_meta.get(key)
+    if not isinstance(raw, Mapping):
+        return ()
+    listed = raw.get(ACCEPT_DELTA_KEY)
+    if not isinstance(listed, list):
+        return ()
+    formats: list[str] = []
+    for name in listed[:MAX_ACCEPTED_FORMATS]:
+        if isinstance(name, str) and 0 < len(name) <= MAX_FORMAT_LENGTH and name not in formats:
+            formats.append(name)
+    return tuple(formats)
+
+
+def read_conditions(request_meta: object, key: str = META_KEY) -> Conditions:
+    """The conditions a request carries (docs/protocol.md sections 3 and 11). A format list without a
+    well-formed tag asks for nothing: a delta needs a base."""
+    etag = requested_etag(request_meta, key)
+    if etag is None:
+        return NO_CONDITIONS
+    return Conditions(etag=etag, accept_delta=accepted_delta_formats(request_meta, key))
+
+
+def conditional_request_meta(etag: str, key: str = META_KEY, *, accept_delta: Sequence[str] = ()) -> dict[str, Any]:
+    """The request `_meta` of a conditional `tools/call` (docs/protocol.md section 3), listing the delta
+    formats the caller can apply when it can apply any (section 11)."""
+    block: dict[str, Any] = {"etag": etag}
+    if accept_delta:
+        block[ACCEPT_DELTA_KEY] = list(accept_delta)
+    return {key: block}
 
 
 def with_block(meta: Mapping[str, Any] | None, block: CacheBlock, key: str = META_KEY) -> dict[str, Any]:
@@ -173,3 +314,27 @@ def unconfirmed(block: CacheBlock, sent_etag: str | None, *, is_error: bool) -> 
     if block.etag is None or not weak_equal(block.etag, sent_etag):
         return "not-modified reply does not name the tag that was sent"
     return None
+
+
+class DeltaReply(BaseModel):
+    """The delta reply of docs/protocol.md section 11, in wire field names: no content, the stub
+    structured content of a not-modified reply, and a block carrying the new tag and the delta."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
+
+    content: list[Any] = Field(default_factory=list)
+    structured_content: dict[str, Any] | None = Field(default=None, alias="structuredContent")
+    is_error: Literal[False] = Field(default=False, alias="isError")
+    meta: dict[str, Any] = Field(alias="_meta")
+
+    @classmethod
+    def build(cls, block: CacheBlock, delta: DeltaBlock, kind: str | None, key: str = META_KEY) -> DeltaReply:
+        """`block`: the new answer's (its tag, ttl and scope); `kind` as for `NotModifiedReply.build`."""
+        stamped = block.model_copy(update={"not_modified": False, "delta": delta})
+        return cls(
+            structured_content={"kind": kind} if kind is not None else None,
+            meta={key: stamped.to_wire()},
+        )
+
+    def to_wire(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True)

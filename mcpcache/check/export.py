@@ -40,7 +40,11 @@ EXCLUDED: tuple[tuple[str, str], ...] = (
     ),
     (
         "A delta reply's digest MUST be verified by the client before the answer is served",
-        "Delta replies are specified; their checks come with the reference implementation",
+        "Client side of delta replies; its checks come with the reference client",
+    ),
+    (
+        "A server MUST NOT compute a delta against an answer it sent to another partition",
+        "Needs two verified callers; the checker connects as one (tests/server/test_delta_replies.py covers it)",
     ),
     (
         "An entry whose freshness was ended by a write is never served stale",
@@ -82,7 +86,10 @@ def _request(probe_name: str) -> dict[str, Any]:
         "arguments": "<ARGUMENTS the input schema refuses>" if probe.invalid else "<ARGUMENTS>",
     }
     if probe.shown is not None:
-        params["_meta"] = {META_KEY: {"etag": probe.shown}}  # as the probe sends it, malformed tags included
+        block: dict[str, Any] = {"etag": probe.shown}  # as the probe sends it, malformed tags included
+        if probe.accept_delta:
+            block["acceptDelta"] = list(probe.accept_delta)
+        params["_meta"] = {META_KEY: block}
     step: dict[str, Any] = {"step": probe.name, "purpose": probe.purpose}
     if probe.phase == "after":
         step["after"] = "the mutating calls the operator names (for example an edit of what <TOOL> reads)"

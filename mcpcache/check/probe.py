@@ -118,10 +118,17 @@ async def call(
     *,
     meta_key: str = META_KEY,
     timeout_s: float = 60.0,
+    accept_delta: Sequence[str] = (),
 ) -> Exchange:
-    """One `tools/call`, conditional when `tag` is not None, with its sizes on the wire."""
+    """One `tools/call`, conditional when `tag` is not None (listing `accept_delta` beside the tag when
+    given), with its sizes on the wire."""
     # Not `conditional_request_meta`: a probe sends malformed tags (any JSON value) on purpose.
-    meta = {meta_key: {"etag": tag}} if tag is not None else None
+    meta: dict[str, Any] | None = None
+    if tag is not None:
+        block: dict[str, Any] = {"etag": tag}
+        if accept_delta:
+            block["acceptDelta"] = list(accept_delta)
+        meta = {meta_key: block}
     params = mt.CallToolRequestParams(name=name, arguments=dict(arguments), _meta=meta)
     mark = log.mark()
     try:
@@ -155,8 +162,9 @@ async def _run_probes(
         if arguments is None:
             continue
         exchanges[probe.name] = await call(
-            client, log, obs.tool, arguments, tag, meta_key=options.meta_key, timeout_s=options.timeout_s
-        )
+            client, log, obs.tool, arguments, tag, meta_key=options.meta_key, timeout_s=options.timeout_s,
+            accept_delta=probe.accept_delta,
+        )  # fmt: skip
     return replace(obs, exchanges=exchanges)
 
 

@@ -13,7 +13,7 @@ from mcpcache.check.core import Report, Status
 STYLE: dict[Status, str] = {"pass": "green", "fail": "bold red", "warn": "yellow", "n/a": "dim", "info": "cyan"}
 
 
-NEEDS_MUTATION = {"mutation": "--mutate", "meta": "--mutate"}
+NEEDS_MUTATION = {"mutation": "--mutate", "meta": "--mutate", "delta": "--mutate"}
 """Scenarios that only a mutating call can try, and the option that names one."""
 
 

@@ -13,11 +13,15 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any, Literal
 
+import mcp_types as mt
 from jsonschema import exceptions as jsonschema_exceptions  # type: ignore[import-untyped]
 from jsonschema import validators
+from pydantic import ValidationError
 
-from mcpcache.check.core import BLOCK, META_COVERED, REPLY, TAG, Judged, Scenario
+from mcpcache import delta
+from mcpcache.check.core import BLOCK, DELTA, META_COVERED, REPLY, TAG, Judged, Scenario
 from mcpcache.check.wire import (
+    answer_of,
     block_dict,
     claims_not_modified,
     differences,
@@ -29,8 +33,8 @@ from mcpcache.check.wire import (
     sent_tag,
     short,
 )
-from mcpcache.etag import parse_etag, weak_equal
-from mcpcache.protocol import MAX_TTL_MS
+from mcpcache.etag import CanonicalizationError, answer_digest, parse_etag, weak_equal
+from mcpcache.protocol import MAX_TTL_MS, DeltaBlock, MalformedDelta, parse_delta
 
 NOT_MODIFIED_BOUND = 1024
 """Bytes on the wire a not-modified reply may take: it carries no answer, only the block and `{kind}`
@@ -38,6 +42,9 @@ NOT_MODIFIED_BOUND = 1024
 
 OTHER_TAG = 'W/"mcpcache-check-a-tag-never-issued"'
 """A well-formed tag no server minted: a conditional call with it must get the full answer."""
+
+UNKNOWN_FORMAT = "mcpcache-check/no-such-format"
+"""A delta format nobody sends: a request accepting only it must not get a delta."""
 
 
 # -- observations ---------------------------------------------------------------------------------
@@ -134,6 +141,8 @@ class Probe:
     shown: object = None
     """The `etag` this probe sends, as a suite written elsewhere would describe it (a literal, or a
     `<placeholder>`); None for an ordinary call."""
+    accept_delta: tuple[str, ...] = ()
+    """The delta formats the request lists beside its tag (`acceptDelta`); empty: none."""
 
 
 CURRENT = "<the tag of the second answer>"
@@ -168,6 +177,13 @@ PROBES: tuple[Probe, ...] = (
         tag=_with_current(_other_form),
         shown="<that tag without W/ if it is weak, with W/ if it is strong>",
     ),
+    Probe(
+        "delta-unknown",
+        "conditional, with a tag the server never issued, accepting deltas",
+        tag=_with_current(lambda tag: OTHER_TAG),
+        shown=OTHER_TAG,
+        accept_delta=(delta.FORMAT,),
+    ),
     Probe("error", "an ordinary call with invalid arguments", invalid=True),
     Probe("error-conditional", "a conditional call with invalid arguments", tag=_current, invalid=True, shown=CURRENT),
     Probe("after", "an ordinary call after the mutating calls", phase="after"),
@@ -177,6 +193,22 @@ PROBES: tuple[Probe, ...] = (
         phase="after",
         tag=_current,
         shown=CURRENT,
+    ),
+    Probe(
+        "delta-after",
+        "conditional, with the tag from before the mutating calls, accepting deltas",
+        phase="after",
+        tag=_current,
+        shown=CURRENT,
+        accept_delta=(delta.FORMAT,),
+    ),
+    Probe(
+        "delta-format",
+        "conditional, with the tag from before the mutating calls, accepting only a format nobody sends",
+        phase="after",
+        tag=_current,
+        shown=CURRENT,
+        accept_delta=(UNKNOWN_FORMAT,),
     ),
 )
 
@@ -559,6 +591,110 @@ def judge_wire_size(obs: ToolObservations) -> Judged:
     return Judged.ok("; ".join(parts))
 
 
+# -- delta replies ---------------------------------------------------------------------------------
+
+NOT_ASKED = ("first", "second", "current", "wrong", *MALFORMED, "other-form", "after", "old-after")
+"""Probes whose request lists no delta format: none of their replies may carry a delta."""
+
+
+def _has_delta(result: Mapping[str, Any] | None, meta_key: str) -> bool:
+    block = block_dict(result or {}, meta_key)
+    return block is not None and "delta" in block
+
+
+def judge_delta_only_when_asked(obs: ToolObservations) -> Judged:
+    if (why := _first_failure(obs)) is not None:
+        return Judged.not_applicable(why)
+    carried = [name for name in (*NOT_ASKED, "delta-format") if _has_delta(obs.result(name), obs.meta_key)]
+    if carried:
+        return Judged.broken(
+            f"a delta answered the {', '.join(carried)} call{'s' if len(carried) > 1 else ''}, which accepted "
+            "no delta format (or only one nobody sends)"
+        )
+    return Judged.ok("no reply to a call that accepted no format the server sends carried a delta")
+
+
+def judge_delta_base_unknown(obs: ToolObservations) -> Judged:
+    if (skip := _tag_or_na(obs)) is not None:
+        return skip
+    exchange = obs.get("delta-unknown")
+    if exchange is None:
+        return Judged.not_applicable("the second call gave no tag")
+    reply = exchange.result
+    if reply is None:
+        return Judged.broken(f"the conditional call failed: {exchange.error}")
+    if _has_delta(reply, obs.meta_key):
+        return Judged.broken("a delta against a tag the server never issued: it cannot hold that answer")
+    if claims_not_modified(reply, obs.meta_key):
+        return Judged.broken("answered not-modified to a tag it never issued")
+    if is_error(reply):
+        return Judged.broken(f"answered an error: {_error_text(reply)}")
+    return Judged.ok("the full answer")
+
+
+def _rebuilt(held: Mapping[str, Any], found: DeltaBlock, meta_key: str) -> mt.CallToolResult | str:
+    """The answer a client builds from the answer it held and the delta, or why it cannot."""
+    try:
+        copy = mt.CallToolResult.model_validate(dict(held))
+        return delta.result_of(delta.apply(delta.document_of(copy, meta_key), found.ops))
+    except delta.DeltaError as exc:
+        return f"the ops do not apply to the answer sent under the base tag: {short(str(exc), 160)}"
+    except ValidationError as exc:
+        return f"the answer held is not a tool result: {short(str(exc), 120)}"
+
+
+def judge_delta(obs: ToolObservations) -> Judged:
+    if (skip := _tag_or_na(obs)) is not None:
+        return skip
+    exchange, held, current = obs.get("delta-after"), obs.result("second"), obs.result("after")
+    if exchange is None or held is None or current is None:
+        return Judged.not_applicable("needs a mutating call (--mutate) to have an older answer to ask a delta for")
+    reply = exchange.result
+    if reply is None:
+        return Judged.broken(f"the conditional call failed: {exchange.error}")
+    if not _has_delta(reply, obs.meta_key):
+        if claims_not_modified(reply, obs.meta_key) or is_error(reply):
+            return Judged.not_applicable("no full answer and no delta to the old tag (the mutation row judges it)")
+        return Judged.not_applicable("the full answer (a server MAY send a delta; this one did not)")
+    block = block_dict(reply, obs.meta_key) or {}
+    found = parse_delta(block.get("delta"))
+    if isinstance(found, MalformedDelta):
+        return Judged.broken(f"the delta is malformed: {found.reason}")
+    sent = obs.current_tag
+    problems = []
+    if found.format != delta.FORMAT:
+        problems.append(f"format {short(found.format)} was not asked for")
+    if not weak_equal(found.base, sent):
+        problems.append(f"its base {short(found.base, 44)} is not the tag sent")
+    if reply.get("content") != []:
+        problems.append("content is not empty")
+    if claims_not_modified(reply, obs.meta_key):
+        problems.append("it also claims notModified")
+    if is_error(reply):
+        problems.append("it is an error")
+    if problems:
+        return Judged.broken("; ".join(problems))
+    answer = _rebuilt(held, found, obs.meta_key)
+    if isinstance(answer, str):
+        return Judged.broken(answer)
+    try:
+        digest = answer_digest(answer.content, answer.structured_content, answer.meta, meta_key=obs.meta_key)
+    except CanonicalizationError as exc:
+        return Judged.broken(f"the answer built has no digest form ({exc}): no delta should have been sent")
+    if digest != found.digest:
+        return Judged.broken(f"the digest of the answer built is {digest}, the delta says {found.digest}")
+    rebuilt = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
+    if answer_of(rebuilt, obs.meta_key) != answer_of(current, obs.meta_key):
+        if not weak_equal(sent_tag(reply, obs.meta_key), sent_tag(current, obs.meta_key)):
+            return Judged.not_applicable("the answer changed between the full read and the delta")
+        changed = differences(rebuilt, current, obs.meta_key)
+        return Judged.broken(f"the answer built differs from the full answer under the same tag: {', '.join(changed)}")
+    size = f"{plural(exchange.reply_bytes, 'byte')} on the wire" if exchange.reply_bytes is not None else "sent"
+    full = obs.get("after")
+    of = f" (the full answer: {plural(full.reply_bytes, 'byte')})" if full and full.reply_bytes else ""
+    return Judged.ok(f"{plural(len(found.ops), 'op')}, {size}{of}; rebuilds the full answer; the digest matches")
+
+
 BLOCK_AT = '`_meta["io.modelcontextprotocol/cache"]`'
 
 SERVER_SCENARIOS: tuple[Scenario[ToolObservations], ...] = (
@@ -674,6 +810,38 @@ SERVER_SCENARIOS: tuple[Scenario[ToolObservations], ...] = (
         expects="two answers that differ only in `_meta` (the cache block and serverInfo aside) carry tags that "
         "are not weakly equal, and the old tag gets the full answer",
         sends=("first", "second", "after", "old-after"),
+    ),
+    Scenario(
+        "delta-asked",
+        "A delta only when asked",
+        DELTA,
+        "required",
+        judge_delta_only_when_asked,
+        expects="no reply to a call whose request lists no delta format the server sends (no `acceptDelta`, or "
+        "only an unknown format) carries a `delta` in its block",
+        sends=(*NOT_ASKED, "delta-format"),
+    ),
+    Scenario(
+        "delta-base",
+        "A base the server never sent gets the full answer",
+        DELTA,
+        "required",
+        judge_delta_base_unknown,
+        expects="the full answer to a tag never issued, even when the request accepts deltas: not an error, no "
+        "`notModified`, no `delta`",
+        sends=("second", "delta-unknown"),
+    ),
+    Scenario(
+        "delta",
+        "A delta rebuilds the current answer, and its digest matches",
+        DELTA,
+        "required",
+        judge_delta,
+        expects="when the reply to the old tag with `acceptDelta` is a delta: the format asked for, `base` weakly "
+        "equal to the tag sent, `content: []`, no `notModified`; its ops applied to the answer held under that "
+        "tag give an answer whose digest is the delta's and which is the full answer the server now sends "
+        "(a full answer instead is not applicable: deltas are optional)",
+        sends=("second", "after", "delta-after"),
     ),
     Scenario(
         "wire",

@@ -43,6 +43,7 @@ from typing_extensions import TypedDict
 
 from mcpcache.demo import exact_json
 from mcpcache.server.fastmcp import install
+from mcpcache.server.history import DEFAULT_HISTORY_BYTES
 from mcpcache.server.policies import CachePolicy, ToolPolicies
 
 __all__ = [
@@ -453,6 +454,7 @@ def build_demo_server(
     ttl_ms: int = TTL_MS,
     peer_sha256: bool = False,
     name: str = "mcpcache-demo",
+    delta_history_bytes: int = DEFAULT_HISTORY_BYTES,
 ) -> FastMCP:
     """A FastMCP server over the notebooks in `directory`, in one of the benchmark's configurations.
 
@@ -462,6 +464,7 @@ def build_demo_server(
     ttl_ms: the freshness the read tools announce (0: a client revalidates before every reuse).
     peer_sha256: instead of mcpcache, the SHA-256 revalidation of the Datalayer Jupyter MCP server
         (`mcpcache.demo.peers`), for the benchmark's side-by-side run.
+    delta_history_bytes: the bound of mcpcache's history of answers sent, for delta replies (0: none).
     """
     if validator and not revalidation:
         raise ValueError("validator=True needs revalidation=True: the validator only feeds mcpcache's tags")
@@ -547,5 +550,6 @@ def build_demo_server(
                 "read_cell": CachePolicy(ttl_ms=ttl_ms, scope=scope, kind=KIND_CELL, validator=validate),
             }
         ),
+        delta_history_bytes=delta_history_bytes,
     )
     return server

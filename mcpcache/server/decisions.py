@@ -1,12 +1,16 @@
 """The server half's decisions, shared by the FastMCP and MCP SDK adapters and the gateway.
 
-Two questions, each answered by a pure function (no I/O, no hashing, no logging) that returns a typed
+Each question is answered by a pure function (no I/O, no hashing, no logging) that returns a typed
 decision with a reason a person can read:
 
 - `decide_before_body`: with a validator's tag in hand, may the body be skipped (`SkipBody`) or must it
   run (`RunBody`)?
 - `decide_after_body`: given what the body answered and the tag of that answer, send it as it is
   (`SendAsIs`), send it with a cache block (`Stamp`), or answer not-modified (`AnswerNotModified`)?
+- When the answer is to be stamped and the caller holds an older one: `plan_delta` says whether a delta
+  reply is worth trying (`TryDelta`) or the full answer goes (`SendFull`), and after the driver has
+  looked the base up and computed the ops, `decide_delta` says which reply goes (`SendDelta` or
+  `SendFull`). `history_partition` says whose history an answer belongs to.
 
 `BelowTagging` carries the second question down to the layer below an adapter (the tool, before the
 framework converts its return value), which may answer it from a cheaper exact form of the answer.
@@ -22,7 +26,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from mcpcache.etag import weak_equal
-from mcpcache.protocol import META_KEY, CacheBlock, NotModifiedReply, answer_kind
+from mcpcache.protocol import META_KEY, CacheBlock, Conditions, DeltaBlock, DeltaReply, NotModifiedReply, answer_kind
+from mcpcache.server.history import PUBLIC, Partition, StructuredInText
 from mcpcache.server.policies import CachePolicy
 
 __all__ = [
@@ -31,16 +36,24 @@ __all__ = [
     "AnswerNotModified",
     "BeforeBody",
     "BelowTagging",
+    "DeltaChoice",
+    "DeltaPlan",
     "NotAnAnswer",
     "RunBody",
     "SendAsIs",
+    "SendDelta",
+    "SendFull",
     "SkipBody",
     "Stamp",
+    "TryDelta",
     "decide_after_body",
     "decide_before_body",
     "decide_block",
+    "decide_delta",
+    "history_partition",
     "needs_content_tag",
     "not_modified_kind",
+    "plan_delta",
     "validator_matches",
 ]
 
@@ -192,6 +205,122 @@ def decide_after_body(
     return AnswerNotModified(NotModifiedReply.build(block, kind, meta_key), "tag matches the current answer")
 
 
+# Delta replies ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TryDelta:
+    """Look up the answer sent under `base` and compute the ops from it to this answer, in `format`."""
+
+    base: str
+    """The request's tag, as the caller sent it: the delta block names it as its base."""
+    format: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class SendFull:
+    """Send the full answer, stamped, though the caller would have taken a delta."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class SendDelta:
+    """Send `reply` (no content, the stub structured content, the new block with the delta) instead of
+    the answer. `size`: the length of the ops' JSON."""
+
+    reply: DeltaReply
+    size: int
+    reason: str
+
+
+DeltaPlan = TryDelta | SendFull
+DeltaChoice = SendDelta | SendFull
+
+
+def history_partition(policy: CachePolicy, caller: Partition) -> Partition | None:
+    """Whose history the answer belongs to: everybody's for a tool declared public (nothing in its
+    answers depends on who asked), else the caller's own, so that a private answer is never the base of
+    a delta sent to anybody else; None (keep nothing) when who called could not be read."""
+    if policy.scope == "public":
+        return PUBLIC
+    return None if caller.kind == "unknown" else caller
+
+
+def plan_delta(
+    policy: CachePolicy, conditions: Conditions, tag: str | None, *, offered: Sequence[str], kept: bool
+) -> DeltaPlan:
+    """For an answer about to be stamped with `tag`: is a delta worth computing?
+
+    `conditions`: what the request asked for. `offered`: the formats the server sends (empty when it
+    keeps no history). `kept`: whether this call's answers have a place in the history (False for
+    arguments with no canonical form, or a caller whose token could not be read). The caller's own order
+    of preference picks the format.
+    """
+    if not conditions.accept_delta:
+        return SendFull("the request accepts no delta")
+    if not offered:
+        return SendFull("the server keeps no history of answers (delta_history_bytes=0)")
+    if not policy.deltas:
+        return SendFull("deltas are off for this tool")
+    if tag is None:
+        return SendFull("the answer has no tag")
+    if conditions.etag is None:
+        return SendFull("the request carries no tag to name a base")
+    if weak_equal(conditions.etag, tag):
+        return SendFull("the request's tag is the current one")  # not-modified is decided before this
+    chosen = next((name for name in conditions.accept_delta if name in offered), None)
+    if chosen is None:
+        return SendFull(f"the request accepts none of the formats this server sends ({', '.join(offered)})")
+    if not kept:
+        return SendFull("this call's answers are not kept (arguments with no canonical form, unreadable token)")
+    return TryDelta(conditions.etag, chosen, f"the request accepts {chosen} and its tag is not the current one")
+
+
+def decide_delta(
+    tool: str,
+    policy: CachePolicy,
+    block: CacheBlock,
+    plan: TryDelta,
+    structured_content: Any,
+    *,
+    base_held: bool,
+    answer_size: int | None,
+    ops: list[dict[str, Any]] | None,
+    ops_size: int,
+    digest: str | None,
+    meta_key: str = META_KEY,
+) -> DeltaChoice:
+    """After the driver's work: send the delta, or the full answer and why.
+
+    `block`: the new answer's block (its tag, ttl and scope). `base_held`: whether the history holds
+    the answer sent under `plan.base` for this key. `answer_size`: the answer's size as the history
+    measured it (None: it has no JSON form). `ops`: the diff, None when it would be larger than half the
+    answer (or was not computed: no base, no size). `ops_size`: the length of their JSON. `digest`: the
+    new answer's, None when it has no digest form (or was not computed, after an earlier "no").
+    """
+    if not base_held:
+        return SendFull(
+            "base not held: the answer sent under the request's tag is not in this server's history "
+            "(never sent by this process, evicted, or sent for other arguments or to another partition)"
+        )
+    if answer_size is None:
+        return SendFull("the answer has no JSON form to diff")
+    if ops is None:
+        return SendFull(f"the delta would be larger than half the answer ({answer_size // 2} bytes)")
+    if digest is None:
+        return SendFull("the answer has no digest form (RFC 8785: e.g. an integer beyond 2^53)")
+    kind = not_modified_kind(tool, policy, structured_content)
+    delta = DeltaBlock(base=plan.base, format=plan.format, ops=ops, digest=digest)
+    return SendDelta(
+        DeltaReply.build(block, delta, kind, meta_key),
+        ops_size,
+        f"delta of {len(ops)} op(s), {ops_size} bytes, against the answer sent under the request's tag "
+        f"(the answer: about {answer_size} bytes)",
+    )
+
+
 # Tags computed below the adapter ------------------------------------------------------------------
 
 
@@ -217,6 +346,10 @@ class BelowTagging:
     """The length of the bytes `tag` was computed from, when the caller says."""
     converted: bool = False
     """Whether the framework had already converted the answer when `decide` was called."""
+    structured_in_text: StructuredInText = None
+    """Set when the answer's one text block is, by the framework's own construction, the JSON of its
+    structured content ("plain"), or of the value it wraps under `result` ("wrapped"): the history then
+    keeps the text once instead of a second copy of the same data."""
 
     def decide(
         self, tag: str, structured_content: Any, *, is_error: bool = False, size: int | None = None

@@ -31,6 +31,9 @@ class CachePolicy:
     etag: stamp a weak tag and answer not-modified to a matching conditional call.
     validator: a cheap function of the arguments naming the version of the source; with it the tag is
         computed before the body runs and a matching call skips the body.
+    deltas: answer a conditional call whose tag is not current with a delta reply when the caller accepts
+        one and the server still holds the answer it sent under that tag (docs/server.md, "Delta
+        replies"). False: this tool's answers are never kept in the history nor sent as deltas.
     """
 
     ttl_ms: int = 0
@@ -38,6 +41,7 @@ class CachePolicy:
     kind: str | None = None
     etag: bool = True
     validator: Validator | None = None
+    deltas: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.ttl_ms, bool) or not isinstance(self.ttl_ms, int):
@@ -52,6 +56,8 @@ class CachePolicy:
             raise TypeError("validator must be callable")
         if self.validator is not None and not self.etag:
             raise ValueError("a validator only serves tags; it makes no sense with etag=False")
+        if not isinstance(self.deltas, bool):
+            raise TypeError("deltas must be True or False")
 
     def declaration_block(self) -> dict[str, Any]:
         """The wire form of this declaration: what a tool's `meta` and its `tools/list` entry carry under
@@ -61,6 +67,8 @@ class CachePolicy:
             block["kind"] = self.kind
         if not self.etag:
             block["etag"] = False
+        if not self.deltas and self.etag:  # without tags there are no deltas to turn off
+            block["deltas"] = False
         return block
 
 
@@ -79,15 +87,22 @@ def policy_from_block(block: object) -> CachePolicy:
     etag = block.get("etag", True)
     if etag not in (True, False):
         raise DeclarationError(f"etag must be false (or absent), not {etag!r}")
+    deltas = block.get("deltas", True)
+    if deltas not in (True, False):
+        raise DeclarationError(f"deltas must be false (or absent), not {deltas!r}")
     try:
         return CachePolicy(
-            ttl_ms=block.get("ttlMs", 0), scope=block.get("cacheScope", "private"), kind=block.get("kind"), etag=etag
+            ttl_ms=block.get("ttlMs", 0),
+            scope=block.get("cacheScope", "private"),
+            kind=block.get("kind"),
+            etag=etag,
+            deltas=deltas,
         )
     except (TypeError, ValueError) as exc:
         raise DeclarationError(str(exc)) from None
 
 
-_BLOCK_FIELDS = ("ttlMs", "cacheScope", "kind", "etag")
+_BLOCK_FIELDS = ("ttlMs", "cacheScope", "kind", "etag", "deltas")
 
 
 def cache_meta(
@@ -96,6 +111,7 @@ def cache_meta(
     scope: Scope = "private",
     kind: str | None = None,
     etag: bool = True,
+    deltas: bool = True,
     meta_key: str = META_KEY,
 ) -> dict[str, Any]:
     """The tool `meta` that declares a tool cacheable, for `@mcp.tool(meta=cache_meta(ttl_ms=5000))`.
@@ -103,7 +119,8 @@ def cache_meta(
     Checked now (a bad value raises here, at declaration time), and merged with other meta with `|`.
     The validator, being code, is handed to the adapter instead (`install(..., validators={...})`).
     """
-    return {meta_key: CachePolicy(ttl_ms=ttl_ms, scope=scope, kind=kind, etag=etag).declaration_block()}
+    policy = CachePolicy(ttl_ms=ttl_ms, scope=scope, kind=kind, etag=etag, deltas=deltas)
+    return {meta_key: policy.declaration_block()}
 
 
 class ToolPolicies:
@@ -131,12 +148,13 @@ class ToolPolicies:
         kind: str | None = None,
         etag: bool = True,
         validator: Validator | None = None,
+        deltas: bool = True,
     ) -> Callable[[F], F]:
         """Decorator form of `declare`; put it below `@mcp.tool(...)` and give `name=` if the tool is renamed.
 
         The function is returned unchanged, so it works under any tool decorator, sync or async.
         """
-        policy = CachePolicy(ttl_ms=ttl_ms, scope=scope, kind=kind, etag=etag, validator=validator)
+        policy = CachePolicy(ttl_ms=ttl_ms, scope=scope, kind=kind, etag=etag, validator=validator, deltas=deltas)
 
         def register(fn: F) -> F:
             tool_name = name or getattr(fn, "__name__", None)

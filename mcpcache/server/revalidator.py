@@ -1,11 +1,14 @@
 """The server half's driver: runs validators, the body and the hash when told to, and never decides.
 
-An adapter presents one call of a declared tool as a `ToolCall` (what was asked, and how to run the body
-and read its result); `Revalidator.run` hands what it finds to the decisions (`mcpcache.server.decisions`)
-and returns an `Outcome` telling the adapter what to send: the body's result untouched (`PassThrough`),
-the result with a cache block merged into its `_meta` (`Stamped`), or a not-modified reply
-(`NotModified`). Each outcome is counted in the driver's `ServerStats`, set on the current OpenTelemetry
-span (`telemetry`), and its reason logged.
+An adapter presents one call of a declared tool as a `ToolCall` (what was asked, who asked, and how to
+run the body and read its result); `Revalidator.run` hands what it finds to the decisions
+(`mcpcache.server.decisions`) and returns an `Outcome` telling the adapter what to send: the body's result
+untouched (`PassThrough`), the result with a cache block merged into its `_meta` (`Stamped`), a
+not-modified reply (`NotModified`) or a delta reply (`DeltaSent`). Each outcome is counted in the
+driver's `ServerStats`, set on the current OpenTelemetry span (`telemetry`), and its reason logged.
+
+Every stamped full answer (and every delta's new answer) is recorded in the driver's `AnswerHistory`
+under its tag, so that a later call holding that tag can be sent the change only.
 """
 
 from __future__ import annotations
@@ -18,27 +21,65 @@ from dataclasses import dataclass, replace
 from typing import Any, Generic, Protocol, TypeVar, assert_never
 
 import anyio.to_thread
+import orjson
 
-from mcpcache.etag import CanonicalizationError, content_tag_sized, validator_tag
-from mcpcache.protocol import META_KEY, CacheBlock, NotModifiedReply, answer_kind, requested_etag
+from mcpcache import delta
+from mcpcache.canonical import canonical_json
+from mcpcache.etag import CanonicalizationError, answer_digest, content_tag_sized, validator_tag
+from mcpcache.protocol import (
+    META_KEY,
+    NO_CONDITIONS,
+    CacheBlock,
+    Conditions,
+    DeltaReply,
+    NotModifiedReply,
+    answer_kind,
+    read_conditions,
+)
 from mcpcache.server import telemetry
 from mcpcache.server.decisions import (
     Answer,
     AnswerNotModified,
     BelowTagging,
+    DeltaChoice,
     NotAnAnswer,
     RunBody,
     SendAsIs,
+    SendDelta,
+    SendFull,
     SkipBody,
     Stamp,
+    TryDelta,
     decide_after_body,
     decide_before_body,
+    decide_delta,
+    history_partition,
     needs_content_tag,
+    plan_delta,
     validator_matches,
+)
+from mcpcache.server.history import (
+    ANONYMOUS,
+    DEFAULT_HISTORY_BYTES,
+    AnswerHistory,
+    HistoryKey,
+    Partition,
+    StructuredInText,
+    Version,
+    version_of,
 )
 from mcpcache.server.policies import CachePolicy, ToolPolicies
 
-__all__ = ["NotModified", "Outcome", "PassThrough", "Revalidator", "ServerStats", "Stamped", "ToolCall"]
+__all__ = [
+    "DeltaSent",
+    "NotModified",
+    "Outcome",
+    "PassThrough",
+    "Revalidator",
+    "ServerStats",
+    "Stamped",
+    "ToolCall",
+]
 
 logger = logging.getLogger("mcpcache.server")
 
@@ -59,11 +100,15 @@ class PassThrough(Generic[R]):
 
 @dataclass(frozen=True)
 class Stamped(Generic[R]):
-    """Send the body's result with `block` merged into its `_meta`."""
+    """Send the body's result with `block` merged into its `_meta`.
+
+    `delta_declined`: the request accepted a delta, and the full answer goes instead (`reason` says why).
+    """
 
     result: R
     block: CacheBlock
     reason: str
+    delta_declined: bool = False
 
 
 @dataclass(frozen=True)
@@ -82,7 +127,18 @@ class NotModified:
     size: int | None = None
 
 
-Outcome = PassThrough[R] | Stamped[R] | NotModified
+@dataclass(frozen=True)
+class DeltaSent:
+    """Send `reply` (a delta reply) instead of the answer. `size`: the length of the ops' JSON; `saved`:
+    the answer's size as the history measured it, less `size`."""
+
+    reply: DeltaReply
+    reason: str
+    size: int
+    saved: int
+
+
+Outcome = PassThrough[R] | Stamped[R] | NotModified | DeltaSent
 
 
 # Counters -----------------------------------------------------------------------------------------
@@ -93,12 +149,15 @@ class ServerStats:
     """What one server adapter did with the calls of its declared tools, since it was made.
 
     Undeclared tools are not counted: they never reach mcpcache's logic. Every declared call counts in
-    exactly one of `stamped`, `not_modified`, `errors_passed` and `passed_through` (a call cancelled
-    while the body runs counts in none).
+    exactly one of `stamped`, `not_modified`, `deltas_sent`, `errors_passed` and `passed_through` (a call
+    cancelled while the body runs counts in none).
     """
 
     stamped: int = 0
     """Full answers sent with a cache block."""
+    deltas_declined: int = 0
+    """Of `stamped`: the request accepted a delta, and the full answer went instead (the log at DEBUG says
+    why: base not held, delta larger than half the answer, ...)."""
     not_modified: int = 0
     """Not-modified replies sent, by whatever path (the three kinds below and after a hashed answer)."""
     body_skipped: int = 0
@@ -111,9 +170,12 @@ class ServerStats:
     passed_through: int = 0
     """Results sent untouched for another reason: not a tool answer (input required), or an answer a
     mounted server's own mcpcache layer stamped."""
+    deltas_sent: int = 0
+    """Delta replies sent: the answer changed, and only the change went."""
     bytes_saved: int = 0
-    """The summed size of the answers not sent, where known: the canonical (or raw) bytes their tag was
-    computed from. Not-modified replies whose body never ran add nothing: their size is not known."""
+    """The summed size of the answers not sent, where known: for a not-modified reply, the canonical (or
+    raw) bytes its tag was computed from (nothing when the body never ran: the size is not known); for a
+    delta, the answer's size as the history measured it less the delta's."""
 
     def snapshot(self) -> ServerStats:
         """A copy that later calls do not change."""
@@ -141,6 +203,11 @@ class ToolCall(Protocol[R_co]):
     @property
     def request_meta(self) -> object:
         """The request's `_meta`, where a conditional call carries its tag."""
+
+    @property
+    def partition(self) -> Partition:
+        """Who is asking, as far as the framework verified it (`ANONYMOUS` without a verified identity).
+        Read only when the answer is to be recorded or a delta looked up."""
 
     @property
     def policy(self) -> CachePolicy | None:
@@ -187,6 +254,7 @@ class _Callbacks(Generic[R]):
     reader: Callable[[R], Answer | NotAnAnswer | None]
     structured_output: Callable[[], Awaitable[bool | None]] | None
     body_tagged: Callable[[BelowTagging], Awaitable[R]] | None
+    partition: Partition = ANONYMOUS
 
     @property
     def tags_below(self) -> bool:
@@ -206,16 +274,36 @@ class _Callbacks(Generic[R]):
         return await self.structured_output() if self.structured_output is not None else None
 
 
+@dataclass(frozen=True)
+class _Facts:
+    """What the driver knows about an answer beyond the answer itself, for recording it in the history."""
+
+    from_answer: bool
+    """The tag was hashed from the answer (or from the raw value it was converted from): an equal tag
+    means an identical answer, and the hash refused any NaN or infinity in it. A validator's tag names a
+    version of the source, and says nothing of the kind."""
+    structured_in_text: StructuredInText = None
+    """What the layer below knows of the text block (`BelowTagging.structured_in_text`)."""
+
+
 # The driver ---------------------------------------------------------------------------------------
 
 
 class Revalidator:
     """The server half's driver: runs validators, the body and the hash when told to, never decides."""
 
-    def __init__(self, policies: ToolPolicies, *, meta_key: str = META_KEY) -> None:
+    def __init__(
+        self, policies: ToolPolicies, *, meta_key: str = META_KEY, delta_history_bytes: int = DEFAULT_HISTORY_BYTES
+    ) -> None:
+        """`delta_history_bytes`: the bound of the history of answers sent (0: none kept, no deltas)."""
+        if isinstance(delta_history_bytes, bool) or not isinstance(delta_history_bytes, int):
+            raise TypeError("delta_history_bytes must be an int of bytes")
         self.policies = policies
         self.meta_key = meta_key
         self.stats = ServerStats()
+        self.history = AnswerHistory(delta_history_bytes) if delta_history_bytes > 0 else None
+        self.delta_formats: tuple[str, ...] = (delta.FORMAT,) if self.history is not None else ()
+        """The delta formats this server sends (advertised in the extension's settings)."""
         # Tools that answered with structured content in this process, for adapters that cannot see the
         # tool's output schema before the body runs.
         self._structured_seen: dict[str, bool] = {}
@@ -264,9 +352,16 @@ class Revalidator:
         kind: telemetry.Outcome
         size: int | None = None
         match outcome:
-            case Stamped():
+            case Stamped(delta_declined=declined):
                 stats.stamped += 1
+                if declined:
+                    stats.deltas_declined += 1
                 kind = "stamped"
+            case DeltaSent(saved=saved):
+                stats.deltas_sent += 1
+                stats.bytes_saved += saved
+                size = saved
+                kind = "delta"
             case NotModified(body_ran=body_ran, converted=converted, size=size):
                 stats.not_modified += 1
                 if not body_ran:
@@ -305,12 +400,13 @@ class Revalidator:
         memo_outside: bool = False,
         run_body_tagged: Callable[[BelowTagging], Awaitable[R]] | None = None,
         policy: CachePolicy | None = None,
+        partition: Partition = ANONYMOUS,
     ) -> Outcome[R]:
         """`run` for a call given as callbacks (the form of earlier versions); see `ToolCall` for each."""
         return await self.run(
             _Callbacks(
                 tool, arguments, request_meta, policy, memo_inside, memo_outside,
-                run_body, read_answer, has_structured_output, run_body_tagged,
+                run_body, read_answer, has_structured_output, run_body_tagged, partition,
             )
         )  # fmt: skip
 
@@ -327,7 +423,9 @@ class Revalidator:
         if policy is None:
             return PassThrough(await call.run_body(), "tool not declared")
         args = call.arguments or {}
-        requested = requested_etag(call.request_meta, self.meta_key) if policy.etag and not call.memo_outside else None
+        asked = read_conditions(call.request_meta, self.meta_key) if policy.etag and not call.memo_outside else None
+        conditions = asked or NO_CONDITIONS
+        requested = conditions.etag
         pre_tag = None if call.memo_inside else await self._version_tag(tool, policy, args)
 
         structured: bool | None = None
@@ -340,6 +438,7 @@ class Revalidator:
         )
         match before:
             case SkipBody(reply=reply, reason=reason):
+                self._confirmed(call, policy, args, requested)
                 return self._record(tool, NotModified(reply, body_ran=False, reason=reason))
             case RunBody():
                 logger.debug("tool %r: %s", tool, before.reason)
@@ -361,6 +460,7 @@ class Revalidator:
         if below is not None:
             if below.reply is not None:
                 reason = f"{below.reason} ({'answer converted first' if below.converted else 'answer not converted'})"
+                self._confirmed(call, policy, args, requested)
                 return self._record(
                     tool,
                     NotModified(below.reply, body_ran=True, reason=reason, converted=below.converted, size=below.size),
@@ -375,9 +475,11 @@ class Revalidator:
             self._structured_seen[tool] = answer.structured_content is not None
             self._kind_seen[tool] = answer_kind(answer.structured_content)
         tag, size = pre_tag, None
+        facts = _Facts(from_answer=pre_tag is None)
         if needs_content_tag(policy, pre_tag, answer):
             if below is not None and below.tag is not None:
                 tag, size = below.tag, below.size
+                facts = _Facts(from_answer=True, structured_in_text=below.structured_in_text)
             else:
                 tag, size = self._answer_tag(tool, answer)
         after = decide_after_body(tool, policy, requested, tag, answer, meta_key=self.meta_key)
@@ -385,8 +487,136 @@ class Revalidator:
             case SendAsIs(reason=reason):
                 return self._record(tool, PassThrough(result, reason), is_error=answer.is_error)
             case Stamp(block=block, reason=reason):
-                return self._record(tool, Stamped(result, block, reason))
+                sent = self._full_or_delta(call, policy, args, conditions, answer, result, block, reason, facts)
+                return self._record(tool, sent)
             case AnswerNotModified(reply=reply, reason=reason):
+                self._confirmed(call, policy, args, requested)
                 return self._record(tool, NotModified(reply, body_ran=True, reason=reason, size=size))
             case _:
                 assert_never(after)
+
+    # The history ----------------------------------------------------------------------------------
+
+    def _history_key(self, call: ToolCall[Any], policy: CachePolicy, args: Mapping[str, Any]) -> HistoryKey | None:
+        """The key of this call's answers in the history; None when none are kept (no history, the tool
+        opted out, arguments with no canonical form)."""
+        if self.history is None or not policy.deltas or not policy.etag:
+            return None
+        partition = history_partition(policy, call.partition)
+        if partition is None:
+            return None
+        try:
+            arguments = canonical_json(dict(args))
+        except CanonicalizationError:
+            return None
+        return HistoryKey(partition, call.tool, arguments)
+
+    def _confirmed(self, call: ToolCall[Any], policy: CachePolicy, args: Mapping[str, Any], tag: str | None) -> None:
+        """A not-modified reply: the version under `tag` is what the caller holds; keep it longest."""
+        if self.history is not None and tag is not None:
+            key = self._history_key(call, policy, args)
+            if key is not None:
+                self.history.touch(key, tag)
+
+    def _full_or_delta(
+        self,
+        call: ToolCall[R],
+        policy: CachePolicy,
+        args: Mapping[str, Any],
+        conditions: Conditions,
+        answer: Answer,
+        result: R,
+        block: CacheBlock,
+        reason: str,
+        facts: _Facts,
+    ) -> Stamped[R] | DeltaSent:
+        """Record the stamped answer in the history, and send it, or the change only when the caller holds
+        an older answer the history still has."""
+        tag = block.etag
+        key = self._history_key(call, policy, args) if tag is not None else None
+        plan = plan_delta(policy, conditions, tag, offered=self.delta_formats, kept=key is not None)
+        base: Version | None = None
+        version: Version | None = None
+        if self.history is not None and key is not None and tag is not None:
+            # Looked up before the new answer is recorded, which may push the base out of its key's versions.
+            base = self.history.get(key, plan.base) if isinstance(plan, TryDelta) else None
+            # A tag already held is not recorded again, so the same answer read again (by every stock
+            # client, which never sends a tag) costs a lookup. Under a tag hashed from the answer the
+            # version held is this very answer. Under a validator's tag it is the answer first sent under
+            # it; a body that raced the validator and read a newer source sends another answer under the
+            # same tag, and a client holding that one fails a later delta's digest and asks again.
+            version = self.history.get(key, tag)
+            if version is None:
+                version = version_of(
+                    answer.content,
+                    answer.structured_content,
+                    answer.meta,
+                    self.meta_key,
+                    finite=facts.from_answer,
+                    structured_in_text=facts.structured_in_text,
+                )
+                if version is not None:
+                    self.history.record(key, tag, version)
+        match plan:
+            case SendFull(reason=why):
+                if not conditions.accept_delta:
+                    return Stamped(result, block, reason)
+                return Stamped(result, block, f"{reason}; full answer: {why}", delta_declined=True)
+            case TryDelta():
+                choice = self._delta_choice(call.tool, policy, block, plan, answer, base, version)
+            case _:
+                assert_never(plan)
+        match choice:
+            case SendDelta(reply=reply, size=size, reason=why):
+                saved = max(0, (version.json_size if version is not None else 0) - size)
+                return DeltaSent(reply, why, size=size, saved=saved)
+            case SendFull(reason=why):
+                return Stamped(result, block, f"{reason}; full answer: {why}", delta_declined=True)
+            case _:
+                assert_never(choice)
+
+    def _delta_choice(
+        self,
+        tool: str,
+        policy: CachePolicy,
+        block: CacheBlock,
+        plan: TryDelta,
+        answer: Answer,
+        base: Version | None,
+        version: Version | None,
+    ) -> DeltaChoice:
+        """The CPU work of a delta (the base's document, the diff, the digest), done only as far as the
+        decision needs it: no digest for ops that came out too large."""
+        ops: list[dict[str, Any]] | None = None
+        ops_size = 0
+        digest: str | None = None
+        if base is not None and version is not None:
+            try:
+                base_document = base.document()
+            except orjson.JSONDecodeError:  # a framework broke its promise that a text block was JSON
+                logger.warning("tool %r: a version in the history could not be read back; full answer", tool)
+                base = None
+        if base is not None and version is not None:
+            new_document = delta.answer_document(answer.content, answer.structured_content, answer.meta, self.meta_key)
+            ops = delta.diff(base_document, new_document, max_bytes=version.json_size // 2)
+            if ops is not None:
+                ops_size = len(orjson.dumps(ops))
+                try:
+                    digest = answer_digest(
+                        answer.content, answer.structured_content, answer.meta, meta_key=self.meta_key
+                    )
+                except CanonicalizationError:
+                    digest = None
+        return decide_delta(
+            tool,
+            policy,
+            block,
+            plan,
+            answer.structured_content,
+            base_held=base is not None,
+            answer_size=version.json_size if version is not None else None,
+            ops=ops,
+            ops_size=ops_size,
+            digest=digest,
+            meta_key=self.meta_key,
+        )

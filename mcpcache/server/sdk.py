@@ -8,6 +8,10 @@ also advertises `EXTENSION_ID` through the SDK's own capability mechanism.
 
 The SDK gives an extension no view of the server's tools (neither their `meta` nor `tools/list`), so
 declarations are by name only, and `tools/list` is not annotated (docs/server.md).
+
+Delta replies (docs/server.md, "Delta replies") partition the history by the caller the SDK's bearer
+auth verified: the HTTP request's authenticated user when the transport hands the request over, else
+the SDK's own auth context (`get_access_token`), as its request-state binding reads it.
 """
 
 from __future__ import annotations
@@ -16,14 +20,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, assert_never
 
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension
 from mcp_types import CallToolRequestParams, CallToolResult
 
 from mcpcache.protocol import EXTENSION_ID, META_KEY, extension_settings, with_block
+from mcpcache.server.callers import partition_of
 from mcpcache.server.decisions import Answer, BelowTagging, NotAnAnswer
+from mcpcache.server.history import DEFAULT_HISTORY_BYTES, AnswerHistory, Partition
 from mcpcache.server.policies import ToolPolicies
-from mcpcache.server.revalidator import NotModified, PassThrough, Revalidator, ServerStats, Stamped
+from mcpcache.server.revalidator import DeltaSent, NotModified, PassThrough, Revalidator, ServerStats, Stamped
 
 __all__ = ["RevalidationExtension"]
 
@@ -55,6 +63,14 @@ class _SDKCall:
     def request_meta(self) -> object:
         return self.params.meta
 
+    @property
+    def partition(self) -> Partition:
+        scope = getattr(self.ctx.request, "scope", None)
+        user = scope.get("user") if isinstance(scope, Mapping) else None
+        if isinstance(user, AuthenticatedUser):
+            return partition_of(user.access_token)
+        return partition_of(get_access_token())
+
     async def run_body(self) -> HandlerResult:
         return await self.call_next(self.ctx)
 
@@ -76,12 +92,22 @@ class _SDKCall:
 
 
 class RevalidationExtension(Extension):
+    """Stamps the answers of the tools `policies` declares, answers not-modified to current tags and with
+    the change only to older tags it still holds the answer of. `delta_history_bytes` bounds the memory
+    kept for those deltas (64 MiB by default; 0 keeps nothing and sends no deltas)."""
+
     identifier = EXTENSION_ID
 
-    def __init__(self, policies: ToolPolicies | Mapping[str, Any], *, meta_key: str = META_KEY) -> None:
+    def __init__(
+        self,
+        policies: ToolPolicies | Mapping[str, Any],
+        *,
+        meta_key: str = META_KEY,
+        delta_history_bytes: int = DEFAULT_HISTORY_BYTES,
+    ) -> None:
         if not isinstance(policies, ToolPolicies):
             policies = ToolPolicies(policies)
-        self.revalidator = Revalidator(policies, meta_key=meta_key)
+        self.revalidator = Revalidator(policies, meta_key=meta_key, delta_history_bytes=delta_history_bytes)
         self.meta_key = meta_key
 
     @property
@@ -89,8 +115,13 @@ class RevalidationExtension(Extension):
         """The counters of this extension (live; `stats.snapshot()` for a copy)."""
         return self.revalidator.stats
 
+    @property
+    def history(self) -> AnswerHistory | None:
+        """The answers sent with tags, kept for delta replies (`history.snapshot()`: its size now)."""
+        return self.revalidator.history
+
     def settings(self) -> dict[str, Any]:
-        return extension_settings(self.meta_key)
+        return extension_settings(self.meta_key, delta_formats=self.revalidator.delta_formats)
 
     async def intercept_tool_call(
         self,
@@ -104,7 +135,7 @@ class RevalidationExtension(Extension):
         match outcome:
             case PassThrough(result=result):
                 return result
-            case NotModified(reply=reply):
+            case NotModified(reply=reply) | DeltaSent(reply=reply):
                 return CallToolResult(content=[], structured_content=reply.structured_content, _meta=reply.meta)
             case Stamped(result=result, block=block):
                 assert isinstance(result, CallToolResult)  # read_answer let nothing else through

@@ -5,10 +5,11 @@ mcpcache adds what it decided to that span rather than opening one of its own, s
 span per call with the cache's outcome on it:
 
 - `mcpcache.tool`: the tool name as called;
-- `mcpcache.outcome`: `stamped`, `not_modified`, `conversion_skipped`, `body_skipped`, `error` or
-  `passed_through` (the values of `Outcome`, explained in docs/server.md);
+- `mcpcache.outcome`: `stamped`, `not_modified`, `conversion_skipped`, `body_skipped`, `delta`, `error`
+  or `passed_through` (the values of `Outcome`, explained in docs/server.md);
 - `mcpcache.bytes_saved`: on a not-modified reply, the size of the answer that was not sent, when it is
-  known (the canonical or raw bytes the tag was computed from; absent when the body never ran).
+  known (the canonical or raw bytes the tag was computed from; absent when the body never ran); on a
+  delta reply, the answer's size less the delta's.
 
 How it reaches the span, and why that costs nothing without a tracer: `mcpcache.telemetry`.
 """
@@ -19,7 +20,7 @@ from typing import Literal
 
 from mcpcache.telemetry import annotate_current_span
 
-Outcome = Literal["stamped", "not_modified", "conversion_skipped", "body_skipped", "error", "passed_through"]
+Outcome = Literal["stamped", "not_modified", "conversion_skipped", "body_skipped", "delta", "error", "passed_through"]
 
 
 def annotate(tool: str, outcome: Outcome, bytes_saved: int | None = None) -> None:

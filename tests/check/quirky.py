@@ -7,6 +7,9 @@ nothing else of mcpcache), and the check passes it. Tools:
   whose schema requires only `kind`, `_meta` `{"example.com/rev": n}`; annotated read-only;
 - `edit(key, text)`: changes the document's text;
 - `bump(key)`: changes only the `_meta` revision, never the content.
+
+With `Quirks(deltas=True)` it also sends delta replies (docs/protocol.md section 11), in the simplest
+form the format allows: ops that replace the whole answer, against any answer it sent before.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import mcp_types as mt
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 
-from mcpcache.etag import content_tag, format_tag, parse_etag, weak_equal
+from mcpcache.etag import answer_digest, content_tag, format_tag, parse_etag, weak_equal
 from mcpcache.protocol import META_KEY
 
 REV_KEY = "example.com/rev"
@@ -28,6 +31,7 @@ EDIT_ARGS = {"key": "k", "text": "k: second edition"}
 BUMP_ARGS = {"key": "k"}
 
 Compare = Literal["weak", "string", "contains", "any-tag"]
+FORMAT = "json-patch+splice/1"
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,15 @@ class Quirks:
     """Answer not-modified to a conditional call even when the call fails."""
     strict_schema: bool = False
     """An output schema that requires more than `kind`, which a not-modified `{"kind": K}` fails."""
+    deltas: bool = False
+    """Send a delta reply to a conditional call that accepts the format and names an answer sent before.
+    Not a quirk: deltas are optional. The three below are."""
+    delta_unasked: bool = False
+    """Send a delta even when the request lists no format."""
+    delta_any_base: bool = False
+    """Send a delta even against a tag it never issued."""
+    delta_wrong_digest: bool = False
+    """Send a digest that is not the new answer's."""
 
 
 @dataclass
@@ -66,6 +79,8 @@ class Docs:
     texts: dict[str, str] = field(default_factory=dict)
     revs: Counter[str] = field(default_factory=Counter)
     calls: int = 0
+    sent: set[str] = field(default_factory=set)
+    """The opaque parts of the tags of the full answers sent: the bases a delta may name."""
 
     def text(self, key: str) -> str:
         return self.texts.get(key, f"{key}: first edition\n" + "lorem ipsum " * 340)
@@ -145,6 +160,13 @@ def build_quirky(quirks: Quirks | None = None, docs: Docs | None = None) -> Serv
             tag = content_tag(content, structured, own_meta if quirks.tag_covers_meta else None)
         if quirks.not_modified_always or (requested is not None and matches(requested, tag)):
             return not_modified(tag, "doc")
+        if quirks.deltas and isinstance(requested, str) and parse_etag(requested) is not None:
+            accepted = block_in.get("acceptDelta") if isinstance(block_in, dict) else None
+            asked = isinstance(accepted, list) and FORMAT in accepted
+            held = requested.removeprefix("W/") in docs.sent
+            if (asked or quirks.delta_unasked) and (held or quirks.delta_any_base):
+                return delta_reply(requested, tag, content, structured, own_meta)
+        docs.sent.add(tag.removeprefix("W/"))
         block = {"ttlMs": 5000, "cacheScope": "private", "etag": tag, **quirks.block}
         return mt.CallToolResult.model_validate(
             {"content": content, "structuredContent": structured, "_meta": {**own_meta, META_KEY: block}}
@@ -160,6 +182,22 @@ def build_quirky(quirks: Quirks | None = None, docs: Docs | None = None) -> Serv
                 return isinstance(requested, str) and tag[3:-1] in requested
             case "any-tag":
                 return True
+
+    def delta_reply(
+        base: str, tag: str, content: list[dict[str, Any]], structured: dict[str, Any], own_meta: dict[str, Any]
+    ) -> mt.CallToolResult:
+        docs.sent.add(tag.removeprefix("W/"))
+        ops = [
+            {"op": "replace", "path": "/content", "value": content},
+            {"op": "replace", "path": "/structuredContent", "value": structured},
+            {"op": "add", "path": "/_meta", "value": own_meta},
+        ]
+        digest = "sha256:" + "0" * 64 if quirks.delta_wrong_digest else answer_digest(content, structured, own_meta)
+        block = {"ttlMs": 5000, "cacheScope": "private", "etag": tag}
+        block["delta"] = {"base": base, "format": FORMAT, "ops": ops, "digest": digest}
+        return mt.CallToolResult.model_validate(
+            {"content": [], "structuredContent": {"kind": "doc"}, "_meta": {META_KEY: block}}
+        )
 
     def not_modified(tag: str, kind: str) -> mt.CallToolResult:
         block: dict[str, Any] = {"ttlMs": 5000, "cacheScope": "private", "etag": tag}

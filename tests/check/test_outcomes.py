@@ -93,7 +93,7 @@ async def test_the_demo_server_conforms_with_arguments_found_in_its_listing(tmp_
     assert dict(report.skipped) == {
         "edit_cell": "neither declares a cache block nor is annotated read-only; name it with --tool"
     }
-    assert report.untried() == ["mutation", "meta"], "they need a --mutate"
+    assert report.untried() == ["mutation", "meta", "delta"], "they need a --mutate"
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -58,7 +58,8 @@ async def test_the_hand_written_server_without_quirks_passes_every_scenario(era:
     assert [s.name for s in edited.subjects] == ["read"]
     assert edited.subjects[0].arguments == READ_ARGS
     assert {name for name, _ in edited.skipped} == {"edit", "bump"}, "tools that write are never called unasked"
-    assert statuses(edited) == {**dict.fromkeys(EVERY_SCENARIO, "pass"), "meta": "n/a", "wire": "info"}
+    # It sends no deltas (they are optional): the delta row has nothing to judge.
+    assert statuses(edited) == {**dict.fromkeys(EVERY_SCENARIO, "pass"), "meta": "n/a", "wire": "info", "delta": "n/a"}
     assert edited.ok
 
     bumped = await check(build_quirky(), READ, mutations=(BUMP,), era=era)
@@ -71,7 +72,8 @@ async def test_mcpcaches_own_servers_conform(kind: Any) -> None:
     report = await check(build_ours(kind), READ, ToolCall("read_rev", READ_ARGS), mutations=(EDIT, BUMP))
     assert report.ok, report.to_json()
     read = statuses(report, "read")
-    assert read == {**dict.fromkeys(EVERY_SCENARIO, "pass"), "meta": "n/a", "wire": "info"}
+    # EDIT replaces the whole text with a short one: a delta would not be smaller than half the answer.
+    assert read == {**dict.fromkeys(EVERY_SCENARIO, "pass"), "meta": "n/a", "wire": "info", "delta": "n/a"}
     rev = statuses(report, "read_rev")
     # read_rev builds its own result with a `_meta` revision; edit and bump change both text and revision.
     assert rev["mutation"] == "pass"
@@ -81,6 +83,20 @@ async def test_mcpcaches_own_servers_conform(kind: Any) -> None:
     # bump alone changes only the revision: the tag must change, and it does.
     only_meta = await check(build_ours(kind), ToolCall("read_rev", READ_ARGS), mutations=(BUMP,))
     assert statuses(only_meta, "read_rev")["meta"] == "pass", verdicts(only_meta, "read_rev")["meta"]
+
+
+async def test_a_server_that_sends_deltas_passes_the_delta_scenarios() -> None:
+    report = await check(build_quirky(Quirks(deltas=True)), READ, mutations=(EDIT,))
+    assert statuses(report) == {**dict.fromkeys(EVERY_SCENARIO, "pass"), "meta": "n/a", "wire": "info"}
+    assert "rebuilds the full answer; the digest matches" in verdicts(report)["delta"].detail
+
+
+@pytest.mark.parametrize("kind", ["fastmcp", "sdk"])
+async def test_mcpcaches_own_servers_send_deltas_that_pass(kind: Any) -> None:
+    small_edit = {"key": "k", "text": "k: first edition\n" + "lorem ipsum " * 339 + "lorem ipsvm "}
+    report = await check(build_ours(kind), READ, mutations=(ToolCall("edit", small_edit),))
+    read = statuses(report, "read")
+    assert (read["delta"], read["delta-asked"], read["delta-base"]) == ("pass", "pass", "pass"), verdicts(report)
 
 
 # -- the gateway -----------------------------------------------------------------------------------
@@ -123,6 +139,27 @@ BROKEN: dict[str, tuple[Quirks, tuple[ToolCall, ...], str, str, str]] = {
     # name: (quirks, mutating calls, the scenario that must not hold, its status, what its detail says)
     "a negative ttlMs": (Quirks(block={"ttlMs": -5}), (), "block", "fail", "ttlMs -5 is negative"),
     "an unknown scope": (Quirks(block={"cacheScope": "session"}), (), "block", "fail", "neither 'public' nor"),
+    "a delta nobody asked for": (
+        Quirks(deltas=True, delta_unasked=True),
+        (EDIT,),
+        "delta-asked",
+        "fail",
+        "accepted no delta format",
+    ),
+    "a delta against a tag never issued": (
+        Quirks(deltas=True, delta_any_base=True),
+        (),
+        "delta-base",
+        "fail",
+        "a tag the server never issued",
+    ),
+    "a delta with a wrong digest": (
+        Quirks(deltas=True, delta_wrong_digest=True),
+        (EDIT,),
+        "delta",
+        "fail",
+        "the digest of the answer built",
+    ),
     "a malformed etag": (Quirks(block={"etag": "no quotes"}), (), "block", "fail", "is not an entity tag"),
     "a new tag on every call": (Quirks(tag_per_call=True), (), "same-tag", "fail", "the answers were identical"),
     "not-modified to everything": (Quirks(not_modified_always=True), (), "ordinary", "fail", "carried no tag"),

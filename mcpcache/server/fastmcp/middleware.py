@@ -10,19 +10,22 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, assert_never
 
 import mcp_types as mt
+from fastmcp.server.dependencies import get_access_token
 from fastmcp.server.extensions import ServerExtension
 from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.server.providers.aggregate import AggregateProvider
 from fastmcp.tools.base import Tool, ToolResult
 
 from mcpcache.protocol import EXTENSION_ID, META_KEY, extension_settings, with_block
+from mcpcache.server.callers import partition_of
 from mcpcache.server.decisions import Answer, BelowTagging, NotAnAnswer
 from mcpcache.server.fastmcp.answers import read_tool_answer
 from mcpcache.server.fastmcp.chain import CLAIM, Claim, inside_is_transparent, memos_around
 from mcpcache.server.fastmcp.declarations import ToolDeclarations, Unresolved
 from mcpcache.server.fastmcp.raw_tags import HANDOFF, Handoff, RawTagTransform, raw_tagged_class
+from mcpcache.server.history import DEFAULT_HISTORY_BYTES, UNKNOWN, AnswerHistory, Partition
 from mcpcache.server.policies import CachePolicy, ToolPolicies, Validator
-from mcpcache.server.revalidator import NotModified, PassThrough, Revalidator, ServerStats, Stamped
+from mcpcache.server.revalidator import DeltaSent, NotModified, PassThrough, Revalidator, ServerStats, Stamped
 
 if TYPE_CHECKING:
     from fastmcp import FastMCP
@@ -36,10 +39,12 @@ logger = logging.getLogger("mcpcache.server")
 
 
 class RevalidationMiddleware(Middleware):
-    """Stamps `_meta[META_KEY]` on the answers of declared tools; answers not-modified to matching tags;
-    puts each declared tool's declaration block in its `tools/list` entry.
+    """Stamps `_meta[META_KEY]` on the answers of declared tools; answers not-modified to matching tags,
+    and with the change only to older tags it still holds the answer of (delta replies); puts each
+    declared tool's declaration block in its `tools/list` entry.
 
-    `stats` counts what it did (`ServerStats`).
+    `stats` counts what it did (`ServerStats`); `history` holds the answers sent with tags (None when
+    `delta_history_bytes=0`).
     """
 
     def __init__(
@@ -48,11 +53,12 @@ class RevalidationMiddleware(Middleware):
         *,
         validators: Mapping[str, Validator] | None = None,
         meta_key: str = META_KEY,
+        delta_history_bytes: int = DEFAULT_HISTORY_BYTES,
     ) -> None:
         if not isinstance(policies, ToolPolicies):
             policies = ToolPolicies(policies)
         self.declarations = ToolDeclarations(policies, validators, meta_key=meta_key)
-        self.revalidator = Revalidator(policies, meta_key=meta_key)
+        self.revalidator = Revalidator(policies, meta_key=meta_key, delta_history_bytes=delta_history_bytes)
         self.meta_key = meta_key
         self._checked = False
 
@@ -60,6 +66,11 @@ class RevalidationMiddleware(Middleware):
     def stats(self) -> ServerStats:
         """The counters of this middleware (live; `stats.snapshot()` for a copy)."""
         return self.revalidator.stats
+
+    @property
+    def history(self) -> AnswerHistory | None:
+        """The answers sent with tags, kept for delta replies (`history.snapshot()`: its size now)."""
+        return self.revalidator.history
 
     async def check_declarations(self, server: FastMCP) -> None:
         """Warn about declarations that match no tool of `server` (done once, at its first `tools/list`).
@@ -127,7 +138,7 @@ class RevalidationMiddleware(Middleware):
         match outcome:
             case PassThrough(result=result):
                 return result
-            case NotModified(reply=reply):
+            case NotModified(reply=reply) | DeltaSent(reply=reply):
                 return ToolResult(content=[], structured_content=reply.structured_content, meta=reply.meta)
             case Stamped(result=result, block=block):
                 # model_copy, as FastMCP asks of middleware: it keeps the result's class and the protocol
@@ -160,6 +171,17 @@ class _FastMCPCall:
     @property
     def arguments(self) -> dict[str, Any] | None:
         return self.context.message.arguments
+
+    @property
+    def partition(self) -> Partition:
+        # FastMCP's own reading of the verified token: the HTTP request's user first (fresh after a
+        # token refresh on a long-lived session), then the SDK's auth context.
+        try:
+            token = get_access_token()
+        except TypeError:  # a token FastMCP could not convert: whoever it is, it is nobody else's history
+            logger.debug("tool %r: the access token could not be read; nothing kept for deltas", self.tool)
+            return UNKNOWN
+        return partition_of(token)
 
     @property
     def request_meta(self) -> object:
@@ -206,8 +228,8 @@ class RevalidationCapability(ServerExtension):
 
     identifier = EXTENSION_ID
 
-    def __init__(self, meta_key: str = META_KEY) -> None:
-        self._settings = extension_settings(meta_key)
+    def __init__(self, meta_key: str = META_KEY, *, delta_formats: Sequence[str] = ()) -> None:
+        self._settings = extension_settings(meta_key, delta_formats=delta_formats)
 
     def settings(self) -> dict[str, Any]:
         return dict(self._settings)
@@ -220,6 +242,7 @@ def install(
     validators: Mapping[str, Validator] | None = None,
     meta_key: str = META_KEY,
     raw_tags: bool = True,
+    delta_history_bytes: int = DEFAULT_HISTORY_BYTES,
 ) -> RevalidationMiddleware:
     """Add the middleware as the outermost one, the raw-value tag transform, and advertise the extension.
 
@@ -227,11 +250,14 @@ def install(
     declares tools by name instead (or as well; a name declared there wins over the tool's meta), and
     `validators` gives tools, by name, the function that names the version of what they read.
     Returns the middleware (its `stats` count what it did). `raw_tags=False` leaves the transform out
-    (every tag is then a content tag).
+    (every tag is then a content tag). `delta_history_bytes` bounds the memory kept for delta replies
+    (64 MiB by default; 0 keeps nothing and sends no deltas).
     """
-    middleware = RevalidationMiddleware(policies, validators=validators, meta_key=meta_key)
+    middleware = RevalidationMiddleware(
+        policies, validators=validators, meta_key=meta_key, delta_history_bytes=delta_history_bytes
+    )
     server.middleware.insert(0, middleware)
     if raw_tags:
         server.add_transform(RawTagTransform(middleware.declarations))
-    server.add_extension(RevalidationCapability(meta_key))
+    server.add_extension(RevalidationCapability(meta_key, delta_formats=middleware.revalidator.delta_formats))
     return middleware

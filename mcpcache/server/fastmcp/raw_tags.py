@@ -23,6 +23,7 @@ import xxhash
 from fastmcp.server.transforms import GetToolNext, Transform
 from fastmcp.tools.base import Tool, ToolResult
 from fastmcp.tools.function_tool import FunctionTool
+from fastmcp.utilities.prefab import is_prefab_app, is_prefab_component
 from fastmcp.utilities.versions import VersionSpec
 from pydantic import TypeAdapter
 from typing_extensions import is_typeddict
@@ -231,7 +232,22 @@ def _raw_tagged_result(tool: FunctionTool, raw_value: Any) -> ToolResult:
         reply = tagging.decide(tag, structured, size=size)
     if reply is not None:
         return ToolResult(content=[], structured_content=reply.structured_content, meta=reply.meta)
-    return raw_value if isinstance(raw_value, ToolResult) else FunctionTool.convert_result(tool, raw_value)
+    return raw_value if isinstance(raw_value, ToolResult) else _converted(tool, tagging, raw_value)
+
+
+def _converted(tool: FunctionTool, tagging: BelowTagging, raw_value: Any) -> ToolResult:
+    """FastMCP's conversion of a raw value, noting for the answer history when the one text block it
+    wrote is the JSON of the structured content: FastMCP writes that text from the structured value
+    itself (`_convert_to_content(structured)`), so the history need not keep the same data twice."""
+    result = FunctionTool.convert_result(tool, raw_value)
+    built = isinstance(raw_value, ToolResult | mt.CallToolResult)
+    if built or is_prefab_app(raw_value) or is_prefab_component(raw_value):
+        return result  # built by the tool, or a Prefab app (whose text is a placeholder): no such promise
+    wrapped = bool((tool.output_schema or {}).get(_WRAP_KEY))
+    text = _value_json_text(result, wrapped=wrapped)
+    if text is not None and text.startswith("{"):
+        tagging.structured_in_text = "wrapped" if wrapped else "plain"
+    return result
 
 
 # Return annotations FastMCP serialises a dict under by inference alone: an exact dict comes out as it
@@ -254,7 +270,7 @@ def _converted_then_tagged(tool: FunctionTool, tagging: BelowTagging, domain: by
     A list may hold content blocks FastMCP sends as they are, and a TypedDict changes what it sends, so
     neither takes the text.
     """
-    result = FunctionTool.convert_result(tool, raw_value)
+    result = _converted(tool, tagging, raw_value)
     tagging.converted = True
     text = None
     if type(raw_value) is dict and _annotation_name(tool.return_type) in _SERIALISED_AS_ANY:

@@ -10,8 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from mcpcache.etag import content_tag, weak_equal
-from mcpcache.protocol import EXTENSION_ID, META_KEY, CacheBlock, parse_cache_block
+from mcpcache.etag import content_tag
+from mcpcache.protocol import EXTENSION_ID, META_KEY, CacheBlock, parse_cache_block, weak_equal
 from mcpcache.server.policies import CachePolicy, ToolPolicies
 
 if TYPE_CHECKING:

@@ -59,7 +59,8 @@ import orjson
 from mcp_types import CallToolResult
 from pydantic import BaseModel, ValidationError
 
-from mcpcache.etag import META_KEY, CanonicalizationError, exact_json, meta_without_block, wire_content
+from mcpcache.etag import CanonicalizationError, exact_json, meta_without_block, wire_content
+from mcpcache.protocol import META_KEY
 
 __all__ = [
     "FORMAT",

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -24,24 +23,16 @@ from mcpcache.canonical import CanonicalizationError as CanonicalizationError
 from mcpcache.canonical import _dump, jcs
 from mcpcache.canonical import _reject_non_finite as _reject_non_finite
 from mcpcache.canonical import canonical_json as canonical_json
-
-META_KEY = "io.modelcontextprotocol/cache"
-"""Where the cache block lives in a result's `_meta` (re-exported by `mcpcache.protocol`). The tag never
-covers the block itself, so stamping an answer does not change its tag."""
-
-SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
-"""Added to every result's `_meta` by the MCP SDK on protocol 2026-07-28 after the tool has answered: it
-describes the server, not the answer, so a digest leaves it out and a client's stored copy may hold an
-older one."""
+from mcpcache.protocol import MAX_ETAG_LENGTH as MAX_ETAG_LENGTH  # re-exported: where tags were read before
+from mcpcache.protocol import META_KEY as META_KEY  # re-exported, as above
+from mcpcache.protocol import SERVER_INFO_KEY as SERVER_INFO_KEY  # re-exported, as above
+from mcpcache.protocol import format_tag
+from mcpcache.protocol import opaque_tag as opaque_tag
+from mcpcache.protocol import parse_etag as parse_etag
+from mcpcache.protocol import weak_equal as weak_equal
 
 DIGEST_PREFIX = "sha256:"
 
-MAX_ETAG_LENGTH = 256
-"""A longer value in a peer's `_meta` is not a tag anybody here minted; reading it as absent is safe."""
-
-# RFC 9110 entity-tag: optional W/, then a quoted opaque-tag of etagc characters (no obs-text here:
-# a tag arrives in JSON, where "octets above 0x7F" would be code points, not bytes).
-_ETAG_RE = re.compile(r'(W/)?"([\x21\x23-\x7e]+)"')
 _VALIDATOR_DOMAIN = b"mcpcache/validator\x00"
 
 
@@ -51,10 +42,6 @@ def wire_content(blocks: Iterable[BaseModel | Mapping[str, Any]]) -> list[Any]:
         block.model_dump(by_alias=True, mode="json", exclude_none=True) if isinstance(block, BaseModel) else dict(block)
         for block in blocks
     ]
-
-
-def format_tag(digest_hex: str) -> str:
-    return f'W/"{digest_hex}"'
 
 
 def tag_of_bytes(data: bytes) -> str:
@@ -150,29 +137,6 @@ def validator_tag(tool: str, arguments: Mapping[str, Any] | None, version: Any) 
     document = {"tool": tool, "arguments": dict(arguments or {}), "version": version}
     return tag_of_bytes(_VALIDATOR_DOMAIN + canonical_json(document))
 
-
-def parse_etag(value: object) -> str | None:
-    """`value` if it is a well-formed entity tag, else None. Never raises."""
-    if not isinstance(value, str) or len(value) > MAX_ETAG_LENGTH:
-        return None
-    return value if _ETAG_RE.fullmatch(value) else None
-
-
-def opaque_tag(tag: object) -> str | None:
-    """The opaque part of a well-formed tag (what weak comparison compares: `W/` and quotes dropped), or
-    None. Two tags are weakly equal exactly when their opaque parts are equal and not None."""
-    match = _ETAG_RE.fullmatch(tag) if isinstance(tag, str) and len(tag) <= MAX_ETAG_LENGTH else None
-    return match.group(2) if match is not None else None
-
-
-def weak_equal(a: object, b: object) -> bool:
-    """Weak comparison (RFC 9110 8.8.3.2): opaque tags equal, W/ ignored. Malformed equals nothing."""
-    ma = _ETAG_RE.fullmatch(a) if isinstance(a, str) and len(a) <= MAX_ETAG_LENGTH else None
-    mb = _ETAG_RE.fullmatch(b) if isinstance(b, str) and len(b) <= MAX_ETAG_LENGTH else None
-    return ma is not None and mb is not None and ma.group(2) == mb.group(2)
-
-
-# Tag domains -----------------------------------------------------------------------------------------
 
 RAW_DOMAIN = "mcpcache/raw/v1"
 """The domain of tags hashed from a tool's raw return value, before its framework converts it."""

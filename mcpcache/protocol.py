@@ -22,11 +22,21 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from mcpcache.etag import META_KEY as META_KEY  # re-exported: the interop key
-from mcpcache.etag import parse_etag, weak_equal
+META_KEY = "io.modelcontextprotocol/cache"
+"""Where the cache block lives in a result's (and a request's) `_meta`, the interop value. The tag never
+covers the block itself, so stamping an answer does not change its tag."""
 
-# META_KEY ("io.modelcontextprotocol/cache", the interop value) is where the cache block lives in a
-# result's (and a request's) `_meta`. It is defined beside the tag, which must leave the block out.
+SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
+"""Added to every result's `_meta` by the MCP SDK on protocol 2026-07-28 after the tool has answered: it
+describes the server, not the answer, so a digest leaves it out and a client's stored copy may hold an
+older one."""
+
+MAX_ETAG_LENGTH = 256
+"""A longer value in a peer's `_meta` is not a tag anybody here minted; reading it as absent is safe."""
+
+# RFC 9110 entity-tag: optional W/, then a quoted opaque-tag of etagc characters (no obs-text here:
+# a tag arrives in JSON, where "octets above 0x7F" would be code points, not bytes).
+_ETAG_RE = re.compile(r'(W/)?"([\x21\x23-\x7e]+)"')
 
 EXTENSION_ID = "io.github.mcpcache/revalidation"
 """The extension a server using mcpcache advertises on protocol 2026-07-28."""
@@ -49,6 +59,37 @@ MAX_ACCEPTED_FORMATS = 16
 must not walk an arbitrarily long list a peer sent."""
 MAX_FORMAT_LENGTH = 128
 _DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+# The entity tag's syntax and comparison (docs/protocol.md section 2) ---------------------------------
+
+
+def format_tag(digest_hex: str) -> str:
+    return f'W/"{digest_hex}"'
+
+
+def parse_etag(value: object) -> str | None:
+    """`value` if it is a well-formed entity tag, else None. Never raises."""
+    if not isinstance(value, str) or len(value) > MAX_ETAG_LENGTH:
+        return None
+    return value if _ETAG_RE.fullmatch(value) else None
+
+
+def opaque_tag(tag: object) -> str | None:
+    """The opaque part of a well-formed tag (what weak comparison compares: `W/` and quotes dropped), or
+    None. Two tags are weakly equal exactly when their opaque parts are equal and not None."""
+    match = _ETAG_RE.fullmatch(tag) if isinstance(tag, str) and len(tag) <= MAX_ETAG_LENGTH else None
+    return match.group(2) if match is not None else None
+
+
+def weak_equal(a: object, b: object) -> bool:
+    """Weak comparison (RFC 9110 8.8.3.2): opaque tags equal, W/ ignored. Malformed equals nothing."""
+    ma = _ETAG_RE.fullmatch(a) if isinstance(a, str) and len(a) <= MAX_ETAG_LENGTH else None
+    mb = _ETAG_RE.fullmatch(b) if isinstance(b, str) and len(b) <= MAX_ETAG_LENGTH else None
+    return ma is not None and mb is not None and ma.group(2) == mb.group(2)
+
+
+# Tag domains -----------------------------------------------------------------------------------------
 
 
 def extension_settings(meta_key: str = META_KEY, *, delta_formats: Sequence[str] = ()) -> dict[str, Any]:

@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 from mcpcache.check.core import BLOCK, CALL, PARTITIONS, UNMATCHED, Judged, Kind, Rule, Scenario
 from mcpcache.check.wire import claims_not_modified, short
-from mcpcache.etag import content_tag, parse_etag, weak_equal
-from mcpcache.protocol import META_KEY
+from mcpcache.etag import content_tag
+from mcpcache.protocol import META_KEY, parse_etag, weak_equal
 
 TOOL = "read"
 KIND = "check.doc"

@@ -33,8 +33,8 @@ from mcpcache.check.wire import (
     sent_tag,
     short,
 )
-from mcpcache.etag import CanonicalizationError, answer_digest, parse_etag, weak_equal
-from mcpcache.protocol import MAX_TTL_MS, DeltaBlock, MalformedDelta, parse_delta
+from mcpcache.etag import CanonicalizationError, answer_digest
+from mcpcache.protocol import MAX_TTL_MS, DeltaBlock, MalformedDelta, parse_delta, parse_etag, weak_equal
 
 NOT_MODIFIED_BOUND = 1024
 """Bytes on the wire a not-modified reply may take: it carries no answer, only the block and `{kind}`

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import RootModel
 
-from mcpcache.etag import SERVER_INFO_KEY, parse_etag
+from mcpcache.protocol import SERVER_INFO_KEY, parse_etag
 
 
 class RawResult(RootModel[dict[str, Any]]):

@@ -19,8 +19,7 @@ from typing import Any, TypeGuard, get_args
 from mcp.client.caching import CacheMode
 
 from mcpcache.client.keys import Arm
-from mcpcache.etag import weak_equal
-from mcpcache.protocol import NOT_MODIFIED_KEY, CacheBlock, Scope, parse_cache_block, unconfirmed
+from mcpcache.protocol import NOT_MODIFIED_KEY, CacheBlock, Scope, parse_cache_block, unconfirmed, weak_equal
 
 __all__ = [
     "CACHE_MODES",

@@ -38,7 +38,7 @@ from fastmcp.tools.base import RawStructuredToolResult, ToolResult
 
 from mcpcache.client.cache import ToolCache
 from mcpcache.client.policy import DEFAULT_MAX_ANSWER_BYTES, reply_block
-from mcpcache.etag import CanonicalizationError, content_tag, weak_equal
+from mcpcache.etag import CanonicalizationError, content_tag
 from mcpcache.gateway.decisions import (
     ANONYMOUS_PARTITION,
     AskAgainWithoutTag,
@@ -56,7 +56,14 @@ from mcpcache.gateway.decisions import (
     partition_of,
     read_upstream,
 )
-from mcpcache.protocol import META_KEY, NotModifiedReply, conditional_request_meta, requested_etag, with_block
+from mcpcache.protocol import (
+    META_KEY,
+    NotModifiedReply,
+    conditional_request_meta,
+    requested_etag,
+    weak_equal,
+    with_block,
+)
 from mcpcache.server.decisions import (
     AfterBody,
     Answer,

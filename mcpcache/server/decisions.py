@@ -25,8 +25,16 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from mcpcache.etag import weak_equal
-from mcpcache.protocol import META_KEY, CacheBlock, Conditions, DeltaBlock, DeltaReply, NotModifiedReply, answer_kind
+from mcpcache.protocol import (
+    META_KEY,
+    CacheBlock,
+    Conditions,
+    DeltaBlock,
+    DeltaReply,
+    NotModifiedReply,
+    answer_kind,
+    weak_equal,
+)
 from mcpcache.server.history import PUBLIC, Partition, StructuredInText
 from mcpcache.server.policies import CachePolicy
 

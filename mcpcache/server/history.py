@@ -33,7 +33,8 @@ import orjson
 from pydantic import BaseModel
 
 from mcpcache.canonical import CanonicalizationError, _reject_non_finite
-from mcpcache.etag import META_KEY, meta_without_block, opaque_tag, wire_content
+from mcpcache.etag import meta_without_block, wire_content
+from mcpcache.protocol import META_KEY, opaque_tag
 
 __all__ = [
     "ANONYMOUS",

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from delta.strategies import json_values, long_text
-from mcpcache import delta
 from mcpcache.delta import MAX_INSERTED_BYTES, MAX_OPS, DeltaError, apply
+from mcpcache.delta import spec as delta_spec
 
 property_test = settings(deadline=None)
 
@@ -221,7 +221,7 @@ def test_copy_cannot_grow_a_document_past_the_inserted_bound() -> None:
 
 
 def test_inserted_values_and_strings_count(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(delta, "MAX_INSERTED_BYTES", 100)
+    monkeypatch.setattr(delta_spec, "MAX_INSERTED_BYTES", 100)
     apply({"s": ""}, [{"op": "add", "path": "/a", "value": "x" * 40}, splice("/s", 0, 0, "y" * 40)])
     with pytest.raises(DeltaError, match="more than 100 bytes"):
         apply({"s": ""}, [{"op": "add", "path": "/a", "value": "x" * 60}, splice("/s", 0, 0, "y" * 60)])
@@ -232,7 +232,7 @@ def test_inserted_values_and_strings_count(monkeypatch: pytest.MonkeyPatch) -> N
 def test_rewriting_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """Inserting at the front of a long array, or splicing a long string back to front, costs the length
     each time: bounded, so a small delta cannot cost minutes."""
-    monkeypatch.setattr(delta, "MAX_REWRITTEN", 10_000)
+    monkeypatch.setattr(delta_spec, "MAX_REWRITTEN", 10_000)
     front = [{"op": "add", "path": "/a/0", "value": 0}] * 20
     apply({"a": [0] * 100}, front)
     with pytest.raises(DeltaError, match="rewrite more than 10000"):

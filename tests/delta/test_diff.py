@@ -7,8 +7,8 @@ from typing import Any
 import orjson
 import pytest
 
-from mcpcache import delta
 from mcpcache.delta import apply, diff
+from mcpcache.delta import spec as delta_spec
 
 WORDS = " ".join(f"word{index}" for index in range(400))
 
@@ -106,10 +106,10 @@ def test_the_size_bound_and_the_receivers_bounds(monkeypatch: pytest.MonkeyPatch
     exact = len(orjson.dumps(ops_for(old, new)))
     assert diff(old, new, max_bytes=exact) is not None
     assert diff(old, new, max_bytes=exact - 1) is None
-    monkeypatch.setattr(delta, "MAX_OPS", 2)
+    monkeypatch.setattr(delta_spec, "MAX_OPS", 2)
     assert diff({"a": 1, "b": 1, "c": 1}, {"a": 2, "b": 2, "c": 2}, max_bytes=1 << 20) is None
-    monkeypatch.setattr(delta, "MAX_OPS", 100)
-    monkeypatch.setattr(delta, "MAX_REWRITTEN", 1000)
+    monkeypatch.setattr(delta_spec, "MAX_OPS", 100)
+    monkeypatch.setattr(delta_spec, "MAX_REWRITTEN", 1000)
     assert diff({"a": list(range(2000))}, {"a": [-1, *range(2000)]}, max_bytes=1 << 20) is None
 
 

@@ -1,4 +1,4 @@
-"""What an answer's document is, and back: what a delta's ops point into (`mcpcache.delta.format`)."""
+"""What an answer's document is, and back: what a delta's ops point into (`mcpcache.delta.spec`)."""
 
 from __future__ import annotations
 

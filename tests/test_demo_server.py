@@ -323,6 +323,7 @@ def _console_script() -> str:
     return script
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_stdio_demo_server_generates_and_revalidates(tmp_path: Path) -> None:
     async with fastmcp.Client(build_demo_server(_generated_copy(tmp_path))) as client:
@@ -405,6 +406,7 @@ def test_cli_refuses_validator_without_mcpcache(tmp_path: Path) -> None:
     assert result.exit_code == 2
 
 
+@pytest.mark.slow
 def test_stdio_mode_keeps_stdout_for_the_protocol(tmp_path: Path) -> None:
     # With stdin closed at once the server starts, generates, and exits: anything on stdout is a stray print.
     finished = subprocess.run(

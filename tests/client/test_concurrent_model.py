@@ -413,6 +413,7 @@ async def interleave(run: Run, rng: random.Random, ops: int) -> None:
             await anyio.sleep(0.001)
 
 
+@pytest.mark.slow
 async def test_random_interleavings_agree_with_the_model(backend: Backend) -> None:
     started = time.monotonic()
     total: list[str] = []

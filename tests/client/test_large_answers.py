@@ -243,6 +243,7 @@ class SlowDisk(SQLiteStore):
         return items
 
 
+@pytest.mark.slow
 async def test_a_slow_store_saves_and_serves_a_large_answer_within_its_scaled_deadline(tmp_path: Path) -> None:
     clock = FakeClock()
     doc = Doc()

@@ -30,6 +30,7 @@ HOLD_S = 5.0
 MARGIN_S = 3.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["exclusive", "immediate", "read"])
 async def test_calls_stay_within_the_deadline_while_another_process_holds_the_file(
     tmp_path: Path,

@@ -246,6 +246,7 @@ def held_bytes(root: object) -> int:
     return total
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_the_history_stays_within_its_bound_over_a_thousand_edits() -> None:
     """Three keys, each edited and read again 333 times through a real FastMCP server, every read asking

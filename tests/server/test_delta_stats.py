@@ -71,6 +71,7 @@ print(json.dumps([
 """
 
 
+@pytest.mark.slow
 def test_a_delta_reply_is_on_the_tools_call_span() -> None:
     pytest.importorskip("opentelemetry.sdk.trace")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}

@@ -1291,6 +1291,7 @@ _OPERATIONS = _operations()
 _LIMITS = st.builds(StoreLimits, max_bytes=st.none() | _BOUNDS, max_items=st.none() | st.integers(2, 5))
 
 
+@pytest.mark.slow
 class TestAgainstAModel:
     """For all operation sequences and bounds, a store answers exactly as the model does.
 

@@ -50,7 +50,7 @@ def _cache_store(store: Path | None, redis: str | None, namespace: str) -> tuple
 
     if store is not None and redis is not None:
         raise _cache_failed("choose one of --store and --redis")
-    from mcpcache.stores.opening import TOOLS_FILE, default_path, open_store
+    from mcpcache.stores.opening import TOOLS_FILE, CacheFolderError, default_path, open_store
 
     if redis is not None:
         try:
@@ -58,7 +58,10 @@ def _cache_store(store: Path | None, redis: str | None, namespace: str) -> tuple
         except ValueError as exc:
             raise _cache_failed(str(exc)) from None
     if store is None:
-        path = default_path(TOOLS_FILE)
+        try:
+            path = default_path(TOOLS_FILE)
+        except CacheFolderError as exc:
+            raise _cache_failed(f"{exc} (or give --store PATH)") from None
         if not path.exists():
             return None
     else:

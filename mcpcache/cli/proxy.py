@@ -120,6 +120,13 @@ def proxy(
             trusted=trust_annotations,
             upstream_era="auto" if upstream_era == "auto" else "legacy",
         )
+        if settings.store.sqlite_path is None and settings.store.redis_url is None:
+            from mcpcache.stores.opening import CacheFolderError, cache_dir
+
+            try:
+                cache_dir()  # the default store's folder: refused here, in one line, before anything starts
+            except CacheFolderError as exc:
+                raise SettingsError(f"{exc} (or give --store PATH)") from None
     except SettingsError as exc:
         say(f"mcpcache proxy: {exc}")
         raise typer.Exit(2) from None

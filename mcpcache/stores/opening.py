@@ -8,6 +8,7 @@ an extra.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -17,13 +18,35 @@ import platformdirs
 if TYPE_CHECKING:
     from mcpcache.stores.base import Store
 
-__all__ = ["DEFAULT_NAMESPACE", "TOOLS_FILE", "cache_dir", "default_path", "default_store", "open_store"]
+logger = logging.getLogger("mcpcache.stores")
+
+__all__ = [
+    "DEFAULT_NAMESPACE",
+    "TOOLS_FILE",
+    "CacheFolderError",
+    "cache_dir",
+    "default_path",
+    "default_store",
+    "open_store",
+]
 
 TOOLS_FILE = "tools.db"
 """The file `ToolCache()` keeps answers in, in `cache_dir()`."""
 
 DEFAULT_NAMESPACE = "mcpcache"
 """The namespace a store keeps its keys under when none is named."""
+
+
+class CacheFolderError(OSError):
+    """The cache folder cannot be used (a file at its path, no permission, a read-only disk); the message is
+    one line that names the folder, where it came from and why."""
+
+
+def _folder() -> tuple[Path, bool]:
+    explicit = os.environ.get("MCPCACHE_DIR")
+    return (
+        (Path(explicit), True) if explicit else (Path(platformdirs.user_cache_dir("mcpcache", appauthor=False)), False)
+    )
 
 
 def cache_dir() -> Path:
@@ -34,10 +57,18 @@ def cache_dir() -> Path:
 
     Cached tool answers can be private: the folder is created readable by its owner only (0700), and the
     `mcpcache` folder of the default location is made so if an older version created it more open. A folder
-    named by `$MCPCACHE_DIR` that already exists is the user's, and is left as it is."""
-    explicit = os.environ.get("MCPCACHE_DIR")
-    base = Path(explicit) if explicit else Path(platformdirs.user_cache_dir("mcpcache", appauthor=False))
-    base.mkdir(mode=0o700, parents=True, exist_ok=True)  # parents get the umask's mode; only ours is private
+    named by `$MCPCACHE_DIR` that already exists is the user's, and is left as it is. Raises
+    `CacheFolderError` when the folder cannot be made or used."""
+    base, explicit = _folder()
+    try:
+        base.mkdir(mode=0o700, parents=True, exist_ok=True)  # parents get the umask's mode; only ours is private
+    except OSError as exc:
+        named = f"MCPCACHE_DIR={base}" if explicit else f"the cache folder {base}"
+        why = "a file is in its place" if isinstance(exc, FileExistsError | NotADirectoryError) else exc.strerror
+        raise CacheFolderError(f"{named} cannot be used as a folder: {why or exc}") from exc
+    if not os.access(base, os.W_OK | os.X_OK):
+        named = f"MCPCACHE_DIR={base}" if explicit else f"the cache folder {base}"
+        raise CacheFolderError(f"{named} cannot be written to")
     if not explicit:
         with contextlib.suppress(OSError):  # a folder of another owner: its mode is not ours to change
             os.chmod(base, 0o700)
@@ -49,10 +80,20 @@ def default_path(filename: str) -> Path:
 
 
 def default_store(filename: str) -> Store:
-    """The embedded default: a SQLite file of that name in `cache_dir()`, so what is kept survives a restart."""
+    """The embedded default: a SQLite file of that name in `cache_dir()`, so what is kept survives a restart.
+
+    A cache folder that cannot be used costs the cache, never the caller: one warning, and a store that keeps
+    nothing (every item is larger than its one-byte bound), so every call is a miss and nothing warns again."""
     from mcpcache.stores.sqlite import SQLiteStore
 
-    return SQLiteStore(default_path(filename))
+    try:
+        return SQLiteStore(default_path(filename))
+    except CacheFolderError as exc:
+        logger.warning("mcpcache: %s; nothing will be cached (set MCPCACHE_DIR to a folder you can write)", exc)
+        from mcpcache.stores.items import StoreLimits
+        from mcpcache.stores.memory import MemoryStore
+
+        return MemoryStore(StoreLimits(max_bytes=1))
 
 
 def open_store(

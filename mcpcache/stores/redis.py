@@ -78,11 +78,20 @@ from mcpcache.stores.base import (
     Usage,
     body_checksum,
     check_stamp,
-    decode_meta,
     encode_meta,
     transfer_budget_s,
 )
 from mcpcache.stores.circuit import Circuit
+from mcpcache.stores.redis_records import (
+    decode_fields,
+    expiry,
+    glob_escape,
+    matching,
+    scan_cursor,
+    tag,
+    text,
+    version,
+)
 
 logger = logging.getLogger("mcpcache.stores.redis")
 
@@ -225,10 +234,10 @@ class RedisStore(Store):
             fields = await self._call("load", key, "", moving=int(fields[0]))
         if fields is None:
             return None
-        item, fault = _decode_fields(fields)
+        item, fault = decode_fields(fields)
         if item is None:
             logger.warning("Redis namespace %r: dropping a corrupt record under key %r: %s", self.namespace, key, fault)
-            await self._call("drop_corrupt", key, _version(fields))
+            await self._call("drop_corrupt", key, version(fields))
         return item
 
     async def peek_many(self, keys: Sequence[str]) -> list[Item | None]:
@@ -241,12 +250,12 @@ class RedisStore(Store):
                 items.append(None)
                 continue
             # The load's field order, with an empty body in its place (not read, so not verified).
-            item, fault = _decode_fields([fields[0], b"", *fields[1:]], verify=False)
+            item, fault = decode_fields([fields[0], b"", *fields[1:]], verify=False)
             if item is None:
                 logger.warning(
                     "Redis namespace %r: dropping a corrupt record under key %r: %s", self.namespace, key, fault
                 )
-                await self._call("drop_corrupt", key, _version(fields))
+                await self._call("drop_corrupt", key, version(fields))
             items.append(item)
         return items
 
@@ -260,10 +269,10 @@ class RedisStore(Store):
             item.body,
             item.group,
             repr(float(item.created_at)),
-            *_expiry(item.expires_at),
+            *expiry(item.expires_at),
             len(meta) + len(item.body),
             *self._bounds(),
-            *_tag(item.tag),
+            *tag(item.tag),
             repr(stamp),
             body_checksum(item.body),
             item.server,
@@ -283,7 +292,7 @@ class RedisStore(Store):
     ) -> bool:
         new_stamp = "" if stamp is None else repr(check_stamp(stamp))
         updated = await self._call(
-            "update_meta", key, encode_meta(meta), *_expiry(expires_at), *self._bounds(), *_tag(if_tag), new_stamp
+            "update_meta", key, encode_meta(meta), *expiry(expires_at), *self._bounds(), *tag(if_tag), new_stamp
         )
         return bool(updated)
 
@@ -328,44 +337,44 @@ class RedisStore(Store):
     async def list_page(self, match: Match, cursor: str | None = None, limit: int = DEFAULT_PAGE_SIZE) -> Page:
         # The cursor is the directory's HSCAN cursor: a page is what one scan step met, so it may hold fewer
         # entries than `limit` (even none) before the end.
-        reply = await self._call("list", *_matching(match), _scan_cursor(cursor), limit)
+        reply = await self._call("list", *matching(match), scan_cursor(cursor), limit)
         next_cursor, found = reply
         entries: list[Listed] = []
         for at in range(0, len(found), 2):
             key, fields = found[at], found[at + 1]
             # The load's field order, with an empty body in its place (not read, so not verified), and the size.
-            item, _ = _decode_fields([fields[0], b"", *fields[1:10]], verify=False)
+            item, _ = decode_fields([fields[0], b"", *fields[1:10]], verify=False)
             if item is None or not isinstance(key, bytes):
                 continue  # a corrupt record is skipped; the next load deletes it
             size = fields[10]
             entries.append(Listed(key.decode(), item, int(size) if size else item.size))
-        return Page(tuple(entries), None if next_cursor in (b"0", 0) else _text(next_cursor))
+        return Page(tuple(entries), None if next_cursor in (b"0", 0) else text(next_cursor))
 
     async def count(self, match: Match) -> Usage:
         items = held = 0
         cursor = "0"
         while True:
-            next_cursor, found, size = await self._call("count", *_matching(match), cursor, _SCAN_COUNT)
+            next_cursor, found, size = await self._call("count", *matching(match), cursor, _SCAN_COUNT)
             items, held = items + int(found), held + int(size)
             if next_cursor in (b"0", 0):
                 return Usage(items=items, bytes=held)
-            cursor = _text(next_cursor)
+            cursor = text(next_cursor)
 
     async def remove_matching(self, match: Match) -> int:
         removed = 0
         cursor = "0"
         while True:
-            next_cursor, dropped, _ = await self._call("remove_matching", *_matching(match), cursor, _SCAN_COUNT)
+            next_cursor, dropped, _ = await self._call("remove_matching", *matching(match), cursor, _SCAN_COUNT)
             removed += int(dropped)
             if next_cursor in (b"0", 0):
                 return removed
-            cursor = _text(next_cursor)
+            cursor = text(next_cursor)
 
     async def remove_all(self) -> None:
         # Not one script: a namespace can be large, and a SCAN never blocks the server for long. An item
         # saved concurrently may lose its index entries; it is cleaned up when next met.
         self._check_circuit()
-        pattern = _glob_escape(self._prefix) + "*"
+        pattern = glob_escape(self._prefix) + "*"
         cursor: int = 0
         while True:
             cursor, names = await self._bounded(self._client.scan(cursor=cursor, match=pattern, count=1000))
@@ -436,90 +445,3 @@ class RedisStore(Store):
         except (TimeoutError, redis.exceptions.TimeoutError):
             self._trip(timeout)
             raise redis.exceptions.TimeoutError(f"Redis did not answer within {timeout:g} s") from None
-
-
-def _expiry(expires_at: float | None) -> tuple[str, str]:
-    """The expiry in whole milliseconds for Redis, and exactly as given for the item's hash."""
-    if expires_at is None:
-        return "", ""
-    return str(math.ceil(expires_at * 1000)), repr(float(expires_at))
-
-
-def _tag(tag: str | None) -> tuple[str, str]:
-    """A tag for the script: whether there is one, and its text (None and "" are different tags)."""
-    return ("0", "") if tag is None else ("1", tag)
-
-
-def _matching(match: Match) -> tuple[str, str, str, str, str]:
-    """A `Match` as the script's arguments: the group, then whether a server is given and which, and the tool."""
-    server, tool = match.server, match.tool
-    return match.group, "0" if server is None else "1", server or "", "0" if tool is None else "1", tool or ""
-
-
-def _scan_cursor(cursor: str | None) -> str:
-    if cursor is None:
-        return "0"
-    if not cursor.isdigit():
-        raise ValueError(f"not a listing cursor of this store: {cursor!r}")
-    return cursor
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _version(fields: Sequence[object]) -> bytes:
-    """The save version a load or peek read (the last field), for `drop_corrupt`."""
-    version = fields[-1] if fields else None
-    return version if isinstance(version, bytes) else b""
-
-
-def _decode_fields(fields: Sequence[object], *, verify: bool = True) -> tuple[Item | None, str]:
-    """The item from its hash fields, or None and what is wrong: a field missing or malformed, or a body
-    that does not match its checksum (a record written before checksums were kept has none)."""
-    if len(fields) != 11:
-        return None, "unexpected fields"
-    raw_meta, body, group, created, expiry, tag, stamp, checksum, server, tool = fields[:10]
-    if not (
-        isinstance(raw_meta, bytes)
-        and isinstance(group, bytes)
-        and isinstance(created, bytes)
-        and isinstance(expiry, bytes)
-        and isinstance(stamp, bytes)
-        and (tag is None or isinstance(tag, bytes))
-        and (server is None or isinstance(server, bytes))
-        and (tool is None or isinstance(tool, bytes))
-    ):
-        return None, "a field is missing"
-    if not isinstance(body, bytes):
-        return None, "the body is missing"
-    if not isinstance(checksum, bytes):
-        return None, "the checksum is missing"
-    meta = decode_meta(raw_meta)
-    try:
-        group_name = group.decode()
-        tag_text = None if tag is None else tag.decode()
-        created_at = float(created)
-        expires_at = float(expiry) if expiry else None
-        stamp_value = float(stamp)
-        checksum_text = checksum.decode()
-        server_label = "" if server is None else server.decode()
-        tool_label = "" if tool is None else tool.decode()
-    except ValueError:  # UnicodeDecodeError is a ValueError too
-        return None, "a field is malformed"
-    if meta is None:
-        return None, "the metadata is not a JSON object"
-    if not (math.isfinite(created_at) and math.isfinite(stamp_value)) or (
-        expires_at is not None and math.isnan(expires_at)
-    ):
-        return None, "a time is not a number"
-    if verify and body_checksum(body) != checksum_text:
-        return None, "the body does not match its checksum"
-    item = Item(
-        meta, body, group_name, created_at, expires_at, tag_text, stamp_value, checksum_text, server_label, tool_label
-    )
-    return item, ""
-
-
-def _glob_escape(text: str) -> str:
-    return "".join("\\" + char if char in "*?[]\\" else char for char in text)

@@ -92,7 +92,9 @@ def sqlite_backend(path: Path) -> Backend:
     clock = FakeClock()
 
     def open_store(limits: StoreLimits | None = None) -> Store:
-        return SQLiteStore(path, limits if limits is not None else StoreLimits(), clock=clock)
+        # Generous, as for Redis below: these tests are about contents, and 40 tasks writing on a loaded machine
+        # can wait past the 0.25 s default for the write lock (the lock tests set their own timeouts).
+        return SQLiteStore(path, limits if limits is not None else StoreLimits(), clock=clock, busy_timeout_s=10.0)
 
     def sql(statement: str, *params: object) -> Callable[[Store, str], Awaitable[None]]:
         async def corrupt(store: Store, key: str) -> None:

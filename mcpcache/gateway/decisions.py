@@ -22,11 +22,12 @@ from typing import Literal
 import orjson
 
 from mcpcache.gateway.config import ToolSettings
-from mcpcache.protocol import CacheBlock, unconfirmed
+from mcpcache.protocol import CacheBlock, Scope, unconfirmed
 from mcpcache.server.policies import CachePolicy
 
 __all__ = [
     "ANONYMOUS_PARTITION",
+    "PUBLIC_HISTORY",
     "AskAgainWithoutTag",
     "Direct",
     "Principal",
@@ -37,6 +38,7 @@ __all__ = [
     "UseStore",
     "client_ttl_ms",
     "decide_store",
+    "history_partition",
     "partition_of",
     "read_upstream",
 ]
@@ -177,6 +179,23 @@ def decide_store(has_store: bool, partition: str | None, settings: ToolSettings)
 
 
 # Partitions -------------------------------------------------------------------------------------
+
+
+PUBLIC_HISTORY = "public"
+"""The history partition of public answers, everybody's: never a caller's partition ("caller:<digest>")
+nor the anonymous one."""
+
+
+def history_partition(scope: Scope, partition: str) -> str | None:
+    """Whose history an answer served through the store belongs to: the partition its tool cache entry is
+    kept in, so a caller is sent a delta only against an answer it may be served. A public answer is
+    everybody's (the tool cache shares it across partitions); a private one is its caller's; None (kept
+    nowhere, so never a base) for a private answer to an anonymous caller, which the store never keeps."""
+    if scope == "public":
+        return PUBLIC_HISTORY
+    if partition == ANONYMOUS_PARTITION:
+        return None
+    return partition
 
 
 @dataclass(frozen=True)

@@ -232,7 +232,10 @@ def assemble_gateway(
         )
         history_bytes = store_settings.delta_history_bytes if store_settings else DEFAULT_HISTORY_BYTES
         if history_bytes > 0:
-            deltas = GatewayDeltas(StoreHistory(store, max_bytes=history_bytes, meta_key=meta_key))
+            history = StoreHistory(
+                store, max_bytes=history_bytes, max_answer_bytes=caches.max_answer_bytes, meta_key=meta_key
+            )
+            deltas = GatewayDeltas(history)
     middleware = GatewayMiddleware(
         routes, caches=caches, partition_by=config.auth.partition_by, meta_key=meta_key, deltas=deltas
     )

@@ -15,7 +15,8 @@ who may be served the entry it was sent as. Every item is in the store group `HI
 
 Bounds. Bytes: after every version recorded, the group is trimmed to `max_bytes` (`Store.trim_group`, least
 recently used first; a load of a version as a base, a record that finds it held, and a not-modified reply
-that confirms it all count as its use). A version larger than half the bound is not kept (a delta needs two).
+that confirms it all count as its use). A version larger than half the bound is not kept (a delta needs two),
+nor one larger than the largest answer the store keeps (`max_answer_bytes`).
 Versions per call: recording a call's fifth version (`versions_per_key`) removes its oldest. The index is
 read and written back without a lock: two replicas recording new versions of one call at the same moment
 may each keep theirs (one index write wins), so a call can hold a version more than the bound until the
@@ -112,7 +113,7 @@ class HistoryCounters:
     recorded: int = 0
     """Versions written to the store."""
     refused: int = 0
-    """Answers not kept: larger than half the bound."""
+    """Answers not kept: larger than half the bound, or than the largest answer the store keeps."""
     dropped: int = 0
     """Versions removed because their call had `versions_per_key` newer ones."""
     trimmed: int = 0
@@ -129,6 +130,8 @@ class StoreHistory:
     store: Store
     max_bytes: int = DEFAULT_HISTORY_BYTES
     versions_per_key: int = VERSIONS_PER_KEY
+    max_answer_bytes: int | None = None
+    """The largest version kept, in stored bytes, as for the store's answers (None: half of `max_bytes`)."""
     meta_key: str = META_KEY
     deadline_s: float = 1.0
     cooldown_s: float = 5.0
@@ -270,7 +273,7 @@ class StoreHistory:
         else:
             encoded = encode_entry(answer)
         item = self._version_item(call, opaque, encoded)
-        if item.size > self.max_bytes // 2:
+        if item.size > self.max_bytes // 2 or (self.max_answer_bytes is not None and item.size > self.max_answer_bytes):
             self.counters.refused += 1
             return None
 

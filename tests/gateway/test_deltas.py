@@ -125,6 +125,30 @@ async def test_a_delta_against_an_older_version_and_a_chain_of_deltas(folder: Pa
     assert same_answer(skipped, full)
 
 
+async def test_callers_of_two_replicas_at_once_each_get_a_delta_that_rebuilds_the_answer(folder: Path) -> None:
+    # Two gateways over one store, as two replicas: every caller holds the first answer, one edit, then
+    # all ask at once through both replicas (the new version is recorded by whichever is first).
+    store = MemoryStore()
+    replicas = (delta_gateway(folder, store), delta_gateway(folder, store))
+    async with fastmcp.Client(replicas[0]) as one, fastmcp.Client(replicas[1]) as two:
+        held = await one.call_tool_mcp(READ, ARGS)
+        await edit(one, 6, "both = 'replicas'")
+        replies: list[Any] = []
+
+        async def ask(client: fastmcp.Client[Any]) -> None:
+            replies.append(await client.call_tool_mcp(READ, ARGS, meta=asking(tag_of(held))))
+
+        async with anyio.create_task_group() as group:
+            for client in (one, two, one, two, one, two):
+                group.start_soon(ask, client)
+        full = await two.call_tool_mcp(READ, ARGS)
+    assert len(replies) == 6
+    for reply in replies:
+        assert same_answer(patched(held, reply), full)
+    versions = [key for key, _ in await history_items(store) if key.count(":") == 2]
+    assert len(versions) == 2, "the first answer and the edited one, each kept once"
+
+
 async def test_the_current_tag_still_gets_not_modified(folder: Path) -> None:
     async with fastmcp.Client(delta_gateway(folder, MemoryStore())) as client:
         held = await client.call_tool_mcp(READ, ARGS)

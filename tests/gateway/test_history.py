@@ -90,6 +90,10 @@ async def test_the_history_stays_within_its_bytes(store: Store) -> None:
     # An answer larger than half the bound is not kept: a delta needs two.
     assert await history.record(call(), tag(99), answer("y" * (bound // 2))) is None
     assert history.counters.refused == 1
+    # Nor one larger than the largest answer the store keeps.
+    smaller = StoreHistory(store, max_bytes=bound, max_answer_bytes=1000)
+    assert await smaller.record(call(), tag(100), answer("z" * 2000)) is None
+    assert await smaller.base(call(), tag(100)) is None
 
 
 async def test_callers_bringing_one_new_answer_at_once_record_it_once() -> None:

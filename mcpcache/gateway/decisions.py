@@ -7,9 +7,11 @@
 - `partition_of`: the partition of a verified caller (never of anything the caller can choose freely).
 - `client_ttl_ms`: the freshness handed to a caller for an answer served from the store (what is left
   of the entry's, not the whole ttl again).
+- `history_partition`: whose delta history an answer served through the store belongs to.
 
-The answers themselves (stamp, or not-modified) are `mcpcache.server.decisions.decide_after_body`, the same
-decision a server using mcpcache makes: the gateway is such a server for its callers.
+The answers themselves (stamp, not-modified, or a delta) are `mcpcache.server.decisions.decide_after_body`
+and `plan_delta`/`decide_delta`, the same decisions a server using mcpcache makes: the gateway is such a
+server for its callers.
 """
 
 from __future__ import annotations

@@ -70,6 +70,10 @@ HISTORY_GROUP: Final = "deltas"
 _PREFIX: Final = "h:"
 
 KNOWN_S: Final = 10.0
+"""How long a version recorded or found held is taken as held without asking the store again: an answer
+sent over and over (a stock client's reads, answers served fresh from the store) costs a store round trip
+at most this often. Another replica's trimming may remove it meanwhile; a caller that then asks for a
+delta against it gets the full answer."""
 KNOWN_VERSIONS: Final = 4096
 
 THREAD_FROM_BYTES: Final = 256 * 1024

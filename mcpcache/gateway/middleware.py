@@ -10,7 +10,8 @@ A declared tool's call goes one of two ways (`decide_store`):
 - through the store: a `ToolCache` per caller partition over the shared store asks the same upstream leg
   (`_UpstreamConnection`), so a fresh entry is served without calling upstream, by any replica, and a
   stale one is revalidated with its tag (the upstream runs, the gateway compares, the store's copy is
-  kept). The caller then gets the stored answer, or a not-modified reply if it sent the same tag.
+  kept). The caller then gets the stored answer, or a not-modified reply if it sent the same tag, or, if
+  it holds an older answer and accepts deltas, the change only (`mcpcache.gateway.deltas`).
 
 Tools that are not declared are left to FastMCP's proxy untouched: the caller's request `_meta` goes
 upstream as it came and the upstream's answer comes back as it went.

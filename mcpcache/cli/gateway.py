@@ -27,7 +27,9 @@ def gateway(
     ] = None,
     tool: Annotated[
         list[str] | None,
-        typer.Option("--tool", metavar="NAME=TTL_MS", help="Declare a tool (with --upstream); add :public or :notag."),
+        typer.Option(
+            "--tool", metavar="NAME=TTL_MS", help="Declare a tool (with --upstream); add :public, :notag or :nodelta."
+        ),
     ] = None,
     redis: Annotated[
         str | None, typer.Option("--redis", metavar="URL", help="Share one Redis store with other replicas.")

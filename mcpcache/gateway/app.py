@@ -34,6 +34,8 @@ from mcpcache.gateway.config import (
     UpstreamSettings,
 )
 from mcpcache.gateway.decisions import Route
+from mcpcache.gateway.deltas import GatewayDeltas
+from mcpcache.gateway.history import DEFAULT_HISTORY_BYTES, StoreHistory
 from mcpcache.gateway.memory import ReleaseMemoryAfterLargeAnswers
 from mcpcache.gateway.middleware import GatewayMiddleware, PartitionCaches
 from mcpcache.server.fastmcp import RevalidationCapability
@@ -217,19 +219,28 @@ def assemble_gateway(
             public = upstream.settings.public_name(tool)
             routes[public] = Route(public, upstream.name, tool, upstream.server_id, tool_settings, upstream.era)
     caches = None
+    deltas = None
+    meta_key = config.gateway.meta_key
     if store is not None:
         store_settings = config.store
         caches = PartitionCaches(
             store,
-            meta_key=config.gateway.meta_key,
+            meta_key=meta_key,
             decoded_bytes=store_settings.decoded_bytes if store_settings else DEFAULT_DECODED_BYTES,
             partitions=store_settings.partitions if store_settings else DEFAULT_PARTITIONS,
             max_answer_bytes=store_settings.max_answer_bytes if store_settings else DEFAULT_MAX_ANSWER_BYTES,
         )
+        history_bytes = store_settings.delta_history_bytes if store_settings else DEFAULT_HISTORY_BYTES
+        if history_bytes > 0:
+            history = StoreHistory(
+                store, max_bytes=history_bytes, max_answer_bytes=caches.max_answer_bytes, meta_key=meta_key
+            )
+            deltas = GatewayDeltas(history)
     middleware = GatewayMiddleware(
-        routes, caches=caches, partition_by=config.auth.partition_by, meta_key=config.gateway.meta_key
+        routes, caches=caches, partition_by=config.auth.partition_by, meta_key=meta_key, deltas=deltas
     )
     server.middleware.insert(0, middleware)
     server.middleware.insert(0, ReleaseMemoryAfterLargeAnswers())
-    server.add_extension(RevalidationCapability(config.gateway.meta_key))
+    formats = deltas.formats if deltas is not None else ()
+    server.add_extension(RevalidationCapability(meta_key, delta_formats=formats))
     return server

@@ -23,6 +23,7 @@ from pydantic_core import ErrorDetails
 from mcpcache.client.policy import DEFAULT_MAX_ANSWER_BYTES
 from mcpcache.gateway.toml_lines import TomlLines
 from mcpcache.protocol import MAX_TTL_MS, META_KEY, Scope
+from mcpcache.server.history import DEFAULT_HISTORY_BYTES
 
 __all__ = [
     "AuthSettings",
@@ -68,6 +69,9 @@ class ToolSettings(_Strict):
     """Stamp a tag and answer not-modified to a caller that sends the current one."""
     kind: str | None = None
     """The `kind` a not-modified reply names when the answer has none of its own."""
+    deltas: bool = True
+    """Send a caller that holds an older answer the change only (a delta reply), when it asks for one and
+    the store's history holds its answer. False: this tool's answers are never kept in the history."""
 
 
 class UpstreamSettings(_Strict):
@@ -137,6 +141,9 @@ class StoreSettings(_Strict):
     """How many callers' partitions a process keeps ready at once (least recently used go first)."""
     max_answer_bytes: int = Field(default=DEFAULT_MAX_ANSWER_BYTES, ge=1, strict=True)
     """The largest answer kept, in stored bytes; a larger one is passed to the caller and not stored."""
+    delta_history_bytes: int = Field(default=DEFAULT_HISTORY_BYTES, ge=0, strict=True)
+    """The bound of the answers kept in the store to send deltas against (all replicas together); 0: none
+    kept, no delta replies."""
 
     @field_validator("redis")
     @classmethod
@@ -356,7 +363,8 @@ def _describe(error: ErrorDetails, lines: TomlLines, source: str) -> str:
 
 
 def parse_tool_option(text: str) -> tuple[str, ToolSettings]:
-    """`NAME=TTL_MS[:public|:private][:notag]`, e.g. `read_notebook=5000` or `list_items=60000:public`."""
+    """`NAME=TTL_MS[:public|:private][:notag][:nodelta]`, e.g. `read_notebook=5000` or
+    `list_items=60000:public`."""
     name, equals, rest = text.partition("=")
     if not equals or not name:
         raise ConfigError(f"--tool {text!r}: write NAME=TTL_MS, e.g. --tool read_notebook=5000")
@@ -366,16 +374,18 @@ def parse_tool_option(text: str) -> tuple[str, ToolSettings]:
     except ValueError:
         raise ConfigError(f"--tool {text!r}: {ttl_text!r} is not a whole number of milliseconds") from None
     scope: Scope = "private"
-    etag = True
+    etag = deltas = True
     for flag in flags:
         if flag in ("public", "private"):
             scope = "public" if flag == "public" else "private"
         elif flag == "notag":
             etag = False
+        elif flag == "nodelta":
+            deltas = False
         else:
-            raise ConfigError(f"--tool {text!r}: unknown flag {flag!r} (public, private or notag)")
+            raise ConfigError(f"--tool {text!r}: unknown flag {flag!r} (public, private, notag or nodelta)")
     try:
-        return name, ToolSettings(ttl_ms=ttl, scope=scope, etag=etag)
+        return name, ToolSettings(ttl_ms=ttl, scope=scope, etag=etag, deltas=deltas)
     except ValidationError:
         raise ConfigError(f"--tool {text!r}: the ttl must be between 0 and {MAX_TTL_MS} ms (24 h)") from None
 
@@ -410,8 +420,9 @@ def with_overrides(
     """`config` with the command line's `--redis`, `--host` and `--port` in place of the file's."""
     data = config.model_dump(exclude_unset=True)
     if redis is not None:
-        namespace = config.store.namespace if config.store is not None else DEFAULT_STORE_NAMESPACE
-        data["store"] = {"redis": redis, "namespace": namespace}
+        # The store's location changes; its other settings (namespace, bounds) stay as the file sets them.
+        kept = {key: value for key, value in data.get("store", {}).items() if key not in ("redis", "sqlite", "memory")}
+        data["store"] = {**kept, "redis": redis}
     gateway = data.setdefault("gateway", {})
     if host is not None:
         gateway["host"] = host

@@ -7,9 +7,11 @@
 - `partition_of`: the partition of a verified caller (never of anything the caller can choose freely).
 - `client_ttl_ms`: the freshness handed to a caller for an answer served from the store (what is left
   of the entry's, not the whole ttl again).
+- `history_partition`: whose delta history an answer served through the store belongs to.
 
-The answers themselves (stamp, or not-modified) are `mcpcache.server.decisions.decide_after_body`, the same
-decision a server using mcpcache makes: the gateway is such a server for its callers.
+The answers themselves (stamp, not-modified, or a delta) are `mcpcache.server.decisions.decide_after_body`
+and `plan_delta`/`decide_delta`, the same decisions a server using mcpcache makes: the gateway is such a
+server for its callers.
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ from typing import Literal
 import orjson
 
 from mcpcache.gateway.config import ToolSettings
-from mcpcache.protocol import CacheBlock, unconfirmed
+from mcpcache.protocol import CacheBlock, Scope, unconfirmed
 from mcpcache.server.policies import CachePolicy
 
 __all__ = [
     "ANONYMOUS_PARTITION",
+    "PUBLIC_HISTORY",
     "AskAgainWithoutTag",
     "Direct",
     "Principal",
@@ -37,6 +40,7 @@ __all__ = [
     "UseStore",
     "client_ttl_ms",
     "decide_store",
+    "history_partition",
     "partition_of",
     "read_upstream",
 ]
@@ -177,6 +181,23 @@ def decide_store(has_store: bool, partition: str | None, settings: ToolSettings)
 
 
 # Partitions -------------------------------------------------------------------------------------
+
+
+PUBLIC_HISTORY = "public"
+"""The history partition of public answers, everybody's: never a caller's partition ("caller:<digest>")
+nor the anonymous one."""
+
+
+def history_partition(scope: Scope, partition: str) -> str | None:
+    """Whose history an answer served through the store belongs to: the partition its tool cache entry is
+    kept in, so a caller is sent a delta only against an answer it may be served. A public answer is
+    everybody's (the tool cache shares it across partitions); a private one is its caller's; None (kept
+    nowhere, so never a base) for a private answer to an anonymous caller, which the store never keeps."""
+    if scope == "public":
+        return PUBLIC_HISTORY
+    if partition == ANONYMOUS_PARTITION:
+        return None
+    return partition
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ A declared tool's call goes one of two ways (`decide_store`):
 - through the store: a `ToolCache` per caller partition over the shared store asks the same upstream leg
   (`_UpstreamConnection`), so a fresh entry is served without calling upstream, by any replica, and a
   stale one is revalidated with its tag (the upstream runs, the gateway compares, the store's copy is
-  kept). The caller then gets the stored answer, or a not-modified reply if it sent the same tag.
+  kept). The caller then gets the stored answer, or a not-modified reply if it sent the same tag, or, if
+  it holds an older answer and accepts deltas, the change only (`mcpcache.gateway.deltas`).
 
 Tools that are not declared are left to FastMCP's proxy untouched: the caller's request `_meta` goes
 upstream as it came and the upstream's answer comes back as it went.
@@ -56,10 +57,15 @@ from mcpcache.gateway.decisions import (
     partition_of,
     read_upstream,
 )
+from mcpcache.gateway.deltas import GatewayDeltas
 from mcpcache.protocol import (
     META_KEY,
+    NO_CONDITIONS,
+    Conditions,
+    DeltaReply,
     NotModifiedReply,
     conditional_request_meta,
+    read_conditions,
     requested_etag,
     weak_equal,
     with_block,
@@ -182,6 +188,12 @@ def _as_tool_result(result: mt.CallToolResult) -> ToolResult:
 
 
 def _not_modified(reply: NotModifiedReply) -> ToolResult:
+    return ToolResult.model_construct(
+        content=[], structured_content=reply.structured_content, meta=reply.meta, is_error=False
+    )
+
+
+def _delta(reply: DeltaReply) -> ToolResult:
     return ToolResult.model_construct(
         content=[], structured_content=reply.structured_content, meta=reply.meta, is_error=False
     )
@@ -406,11 +418,14 @@ class GatewayMiddleware(Middleware):
         caches: PartitionCaches | None = None,
         partition_by: PartitionBy = "principal",
         meta_key: str = META_KEY,
+        deltas: GatewayDeltas | None = None,
     ) -> None:
+        """`deltas`: the delta replies, with their history in the store `caches` use (None: none sent)."""
         self.routes = dict(routes)
         self.caches = caches
         self.partition_by: PartitionBy = partition_by
         self.meta_key = meta_key
+        self.deltas = deltas if caches is not None else None
 
     async def on_call_tool(
         self,
@@ -422,7 +437,8 @@ class GatewayMiddleware(Middleware):
             return await call_next(context)
         front = fastmcp_request_ctx.get()
         settings = route.settings
-        requested = requested_etag(front.meta if front else None, self.meta_key) if settings.etag else None
+        conditions = read_conditions(front.meta if front else None, self.meta_key) if settings.etag else NO_CONDITIONS
+        requested = conditions.etag
         leg = _Leg(route, context, call_next, front, self.meta_key)
         plan = decide_store(self.caches is not None, partition_of(current_principal(), self.partition_by), settings)
         logger.debug("tool %r: %s", route.public_name, plan.reason)
@@ -432,13 +448,14 @@ class GatewayMiddleware(Middleware):
             case UseStore(partition=partition):
                 assert self.caches is not None
                 era = route.era or (front.protocol_version if front is not None else "unknown")
-                return await self._through_store(leg, partition, era, requested)
+                return await self._through_store(leg, partition, era, conditions)
             case _:
                 assert_never(plan)
 
-    async def _through_store(self, leg: _Leg, partition: str, era: str, requested: str | None) -> ToolResult:
+    async def _through_store(self, leg: _Leg, partition: str, era: str, conditions: Conditions) -> ToolResult:
         assert self.caches is not None
         route = leg.route
+        requested = conditions.etag
         conn = _UpstreamConnection(leg, era, requested, self.meta_key)
         try:
             result, outcome = await self.caches.get(partition).execute(conn, route.tool, leg.context.message.arguments)
@@ -459,7 +476,14 @@ class GatewayMiddleware(Middleware):
             scope=block.cache_scope,
             kind=route.settings.kind,
             etag=block.etag is not None,
+            deltas=route.settings.deltas,
         )
         answer = Answer(result.content, result.structured_content, False, result.meta)
         after = decide_after_body(route.public_name, policy, requested, block.etag, answer, meta_key=self.meta_key)
+        if self.deltas is not None:
+            arguments = leg.context.message.arguments
+            call = self.deltas.call_key(route, partition, era, arguments, block.cache_scope)
+            reply = await self.deltas.reply(route, call, conditions, policy, after, result)
+            if reply is not None:
+                return _delta(reply)
         return leg.apply(after, _as_tool_result(result))

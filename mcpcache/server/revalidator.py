@@ -52,12 +52,12 @@ from mcpcache.server.decisions import (
     TryDelta,
     decide_after_body,
     decide_before_body,
-    decide_delta,
     history_partition,
     needs_content_tag,
     plan_delta,
     validator_matches,
 )
+from mcpcache.server.deltas import delta_choice
 from mcpcache.server.history import (
     ANONYMOUS,
     DEFAULT_HISTORY_BYTES,
@@ -585,38 +585,23 @@ class Revalidator:
         base: Version | None,
         version: Version | None,
     ) -> DeltaChoice:
-        """The CPU work of a delta (the base's document, the diff, the digest), done only as far as the
-        decision needs it: no digest for ops that came out too large."""
-        ops: list[dict[str, Any]] | None = None
-        ops_size = 0
-        digest: str | None = None
-        if base is not None and version is not None:
+        """The CPU work of a delta (`mcpcache.server.deltas.delta_choice`) from the history's versions."""
+        base_document: dict[str, Any] | None = None
+        if base is not None:
             try:
                 base_document = base.document()
             except orjson.JSONDecodeError:  # a framework broke its promise that a text block was JSON
                 logger.warning("tool %r: a version in the history could not be read back; full answer", tool)
-                base = None
-        if base is not None and version is not None:
-            new_document = delta.answer_document(answer.content, answer.structured_content, answer.meta, self.meta_key)
-            ops = delta.diff(base_document, new_document, max_bytes=version.json_size // 2)
-            if ops is not None:
-                ops_size = len(orjson.dumps(ops))
-                try:
-                    digest = answer_digest(
-                        answer.content, answer.structured_content, answer.meta, meta_key=self.meta_key
-                    )
-                except CanonicalizationError:
-                    digest = None
-        return decide_delta(
+        content, structured, meta = answer.content, answer.structured_content, answer.meta
+        return delta_choice(
             tool,
             policy,
             block,
             plan,
             answer.structured_content,
-            base_held=base is not None,
+            base=base_document,
+            new_document=lambda: delta.answer_document(content, structured, meta, self.meta_key),
             answer_size=version.json_size if version is not None else None,
-            ops=ops,
-            ops_size=ops_size,
-            digest=digest,
+            digest=lambda: answer_digest(content, structured, meta, meta_key=self.meta_key),
             meta_key=self.meta_key,
         )

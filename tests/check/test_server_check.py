@@ -133,6 +133,42 @@ async def test_the_gateway_conforms(tmp_path: Any) -> None:
     assert "fail" not in read.values()
 
 
+async def test_the_gateway_with_a_store_sends_deltas_that_pass(tmp_path: Any) -> None:
+    """With a store, the gateway keeps a history of what it sent, and answers the check's old tag with a
+    delta computed against it, though the upstream never heard of mcpcache."""
+    from fastmcp.server.providers.proxy import ProxyClient
+
+    from mcpcache.demo.notebooks import generate_notebook
+    from mcpcache.demo.server import build_demo_server
+    from mcpcache.gateway.app import Upstream, assemble_gateway
+    from mcpcache.gateway.config import GatewayConfig, StoreSettings, ToolSettings, UpstreamSettings
+    from mcpcache.stores import MemoryStore
+
+    generate_notebook(tmp_path / "nb.ipynb", 8, seed=3)
+    upstream = build_demo_server(tmp_path, revalidation=False)
+    # public: the check connects without a credential, and the store keeps private answers only per caller.
+    tools = {"read_notebook": ToolSettings(ttl_ms=0, scope="public")}
+    settings = UpstreamSettings(url="http://upstream.invalid/mcp", tools=tools)
+    base: ProxyClient[Any] = ProxyClient(upstream)
+    gateway = assemble_gateway(
+        GatewayConfig(upstreams={"up": settings}, store=StoreSettings(memory=True)),
+        [Upstream("up", settings, "test:upstream", base.new, None)],
+        store=MemoryStore(),
+        auth=None,
+    )
+    report = await check(
+        gateway,
+        ToolCall("read_notebook", {"path": "nb.ipynb"}),
+        mutations=(ToolCall("edit_cell", {"path": "nb.ipynb", "index": 0, "source": "changed"}),),
+    )
+    assert report.ok, report.to_json()
+    read = statuses(report, "read_notebook")
+    assert (read["delta"], read["delta-asked"], read["delta-base"]) == ("pass", "pass", "pass"), verdicts(
+        report, "read_notebook"
+    )
+    assert "rebuilds the full answer; the digest matches" in verdicts(report, "read_notebook")["delta"].detail
+
+
 # -- servers that break one rule each --------------------------------------------------------------
 
 BROKEN: dict[str, tuple[Quirks, tuple[ToolCall, ...], str, str, str]] = {

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from mcpcache.cli import app
 from mcpcache.gateway.config import (
     ConfigError,
+    StoreSettings,
     ToolSettings,
     load_config,
     parse_config,
@@ -123,6 +124,7 @@ def test_the_one_command_options() -> None:
         "items",
         ToolSettings(ttl_ms=60000, scope="public", etag=False),
     )
+    assert parse_tool_option("read_notebook=0:nodelta") == ("read_notebook", ToolSettings(ttl_ms=0, deltas=False))
     for bad, why in [("x", "NAME=TTL_MS"), ("x=soon", "not a whole number"), ("x=1:shared", "unknown flag")]:
         with pytest.raises(ConfigError, match=why):
             parse_tool_option(bad)
@@ -148,3 +150,32 @@ def test_the_command_prints_one_clear_line_and_starts_nothing(tmp_path: Path) ->
     result = CliRunner().invoke(app, ["gateway", "--upstream", "http://127.0.0.1:9/mcp", "--tool", "read_notebook"])
     assert result.exit_code == 2
     assert "write NAME=TTL_MS" in result.output
+
+
+def test_deltas_are_on_by_default_and_turned_off_per_tool_or_for_the_store() -> None:
+    text = (
+        "[store]\nmemory = true\ndelta_history_bytes = 0\n"
+        '[upstreams.nb]\nurl = "http://127.0.0.1:8000/mcp"\n'
+        "[upstreams.nb.tools.read_notebook]\nttl_ms = 0\n"
+        "[upstreams.nb.tools.read_cell]\ndeltas = false\n"
+    )
+    config = parse_config(text)
+    assert config.store is not None
+    assert config.store.delta_history_bytes == 0
+    tools = config.upstreams["nb"].tools
+    assert tools["read_notebook"].deltas is True
+    assert tools["read_cell"].deltas is False
+    assert StoreSettings(memory=True).delta_history_bytes == 64 * 1024 * 1024
+    with pytest.raises(ConfigError, match=r"line 3: store.delta_history_bytes: .*greater than or equal to 0"):
+        parse_config(text.replace("= 0", "= -1", 1))
+
+
+def test_the_command_lines_redis_keeps_the_files_other_store_settings() -> None:
+    text = (
+        '[store]\nsqlite = "g.db"\nnamespace = "ns"\ndelta_history_bytes = 1000\ndecoded_bytes = 5\n'
+        '[upstreams.nb]\nurl = "http://127.0.0.1:8000/mcp"\n'
+    )
+    store = with_overrides(parse_config(text), redis="redis://127.0.0.1:6379/0").store
+    assert store is not None
+    assert (store.redis, store.sqlite, store.namespace) == ("redis://127.0.0.1:6379/0", None, "ns")
+    assert (store.delta_history_bytes, store.decoded_bytes) == (1000, 5)

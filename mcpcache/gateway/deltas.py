@@ -1,0 +1,163 @@
+"""Delta replies from the gateway: a caller that holds an older answer, and says it can apply a delta, is
+sent the change only, whatever the upstream is (docs/gateway.md, "Delta replies").
+
+The gateway has the full answer near the upstream (fetched, or from its store while fresh); the answer the
+caller holds is in the store's history (`mcpcache.gateway.history`), recorded when the gateway sent it,
+by this replica or another. The decisions are the server half's (`plan_delta`, `decide_delta` through
+`mcpcache.server.deltas.delta_choice`): the gateway is a server using mcpcache for its callers. This module
+only finds the two answers, records the one being sent, and does the CPU work off the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, assert_never
+
+import anyio.to_thread
+import mcp_types as mt
+
+from mcpcache import delta
+from mcpcache.canonical import CanonicalizationError, canonical_json
+from mcpcache.etag import answer_digest
+from mcpcache.gateway.decisions import Route, history_partition
+from mcpcache.gateway.history import THREAD_FROM_BYTES, CallKey, StoreHistory
+from mcpcache.protocol import Conditions, DeltaReply, Scope
+from mcpcache.server.decisions import (
+    AfterBody,
+    AnswerNotModified,
+    SendAsIs,
+    SendDelta,
+    SendFull,
+    Stamp,
+    TryDelta,
+    plan_delta,
+)
+from mcpcache.server.deltas import delta_choice
+from mcpcache.server.policies import CachePolicy
+
+__all__ = ["DeltaCounters", "GatewayDeltas"]
+
+logger = logging.getLogger("mcpcache.gateway")
+
+
+@dataclass
+class DeltaCounters:
+    """What the gateway did with callers' requests for deltas, since it started (this process)."""
+
+    sent: int = 0
+    """Delta replies sent."""
+    declined: int = 0
+    """Requests that accepted a delta and got the full answer (the DEBUG log says why)."""
+    bytes_saved: int = 0
+    """The summed size of the full answers not sent, less the deltas sent instead."""
+
+
+@dataclass
+class GatewayDeltas:
+    """Records the answers the gateway sends through its store, and answers a caller's request for a delta."""
+
+    history: StoreHistory
+    counters: DeltaCounters = field(default_factory=DeltaCounters)
+
+    @property
+    def formats(self) -> tuple[str, ...]:
+        """The delta formats the gateway sends (advertised in the extension's settings)."""
+        return (delta.FORMAT,)
+
+    def call_key(
+        self, route: Route, partition: str, era: str, arguments: Mapping[str, Any] | None, scope: Scope
+    ) -> CallKey | None:
+        """Where this call's answers are kept in the history; None when they are not kept (the tool opted
+        out, a private answer to an anonymous caller, arguments with no canonical form)."""
+        if not route.settings.deltas or not route.settings.etag:
+            return None
+        owner = history_partition(scope, partition)
+        if owner is None:
+            return None
+        try:
+            canonical = canonical_json(dict(arguments or {}))
+        except CanonicalizationError:
+            return None
+        return CallKey(owner, route.server_id, era, route.tool, canonical)
+
+    async def reply(
+        self,
+        route: Route,
+        call: CallKey | None,
+        conditions: Conditions,
+        policy: CachePolicy,
+        after: AfterBody,
+        result: mt.CallToolResult,
+    ) -> DeltaReply | None:
+        """What goes to the caller instead of `after`'s reply: a delta reply, or None (send `after`'s).
+
+        `result`: the answer with the block `after` would stamp on it. A full answer that is sent is
+        recorded in the history (unless held), and a not-modified reply counts as a use of the version
+        it confirms."""
+        if call is None:
+            return None
+        match after:
+            case SendAsIs():
+                return None
+            case AnswerNotModified():
+                if conditions.etag is not None:
+                    await self.history.touch(call, conditions.etag)
+                return None
+            case Stamp(block=block, reason=reason):
+                pass
+            case _:
+                assert_never(after)
+        tag = block.etag
+        if tag is None:
+            return None
+        name = route.public_name
+        plan = plan_delta(policy, conditions, tag, offered=self.formats, kept=True)
+        # The base is read before the new answer is recorded, which may push it out of its call's versions.
+        base = await self.history.base(call, plan.base) if isinstance(plan, TryDelta) else None
+        size = await self.history.record(call, tag, result)
+        match plan:
+            case SendFull(reason=why):
+                if conditions.accept_delta:
+                    self._declined(name, reason, why)
+                return None
+            case TryDelta():
+                pass
+            case _:
+                assert_never(plan)
+        if size is None and base is not None:
+            self._declined(name, reason, "the answer is not kept in the history (too large, or the store failed)")
+            return None
+        meta_key = self.history.meta_key
+
+        def work() -> SendDelta | SendFull:
+            return delta_choice(
+                name,
+                policy,
+                block,
+                plan,
+                result.structured_content,
+                base=delta.document_of(base, meta_key) if base is not None else None,
+                new_document=lambda: delta.document_of(result, meta_key),
+                answer_size=size,
+                digest=lambda: answer_digest(result.content, result.structured_content, result.meta, meta_key=meta_key),
+                meta_key=meta_key,
+            )
+
+        choice = await anyio.to_thread.run_sync(work) if (size or 0) >= THREAD_FROM_BYTES else work()
+        match choice:
+            case SendDelta(reply=reply, size=ops_size, reason=why):
+                self.counters.sent += 1
+                self.counters.bytes_saved += max(0, (size or 0) - ops_size)
+                logger.debug("tool %r: %s", name, why)
+                return reply
+            case SendFull(reason=why):
+                self._declined(name, reason, why)
+                return None
+            case _:
+                assert_never(choice)
+
+    def _declined(self, name: str, reason: str, why: str) -> None:
+        self.counters.declined += 1
+        logger.debug("tool %r: %s; full answer: %s", name, reason, why)

@@ -1,0 +1,71 @@
+"""The work of a delta reply, shared by the server half's driver and the gateway: the diff, the digest,
+and the decision that picks the reply, done only as far as the decision needs it.
+
+Whoever holds the two answers (the server in its in-process history, the gateway in its store) hands
+over the base's document and a way to build the new one; `delta_choice` diffs them within half the
+answer's size, digests the new answer only when the ops came out small enough, and returns
+`decide_delta`'s choice. It is synchronous CPU work (a few tens of milliseconds for a 5 MB notebook,
+most of it the digest), so a caller on an event loop may run it in a worker thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+
+from mcpcache import delta
+from mcpcache.etag import CanonicalizationError
+from mcpcache.protocol import META_KEY, CacheBlock
+from mcpcache.server.decisions import DeltaChoice, TryDelta, decide_delta
+from mcpcache.server.policies import CachePolicy
+
+__all__ = ["delta_choice"]
+
+
+def delta_choice(
+    tool: str,
+    policy: CachePolicy,
+    block: CacheBlock,
+    plan: TryDelta,
+    structured_content: Any,
+    *,
+    base: Mapping[str, Any] | None,
+    new_document: Callable[[], dict[str, Any]],
+    answer_size: int | None,
+    digest: Callable[[], str],
+    meta_key: str = META_KEY,
+) -> DeltaChoice:
+    """The reply for a caller that holds the answer sent under `plan.base`.
+
+    `base`: that answer's document (`mcpcache.delta.answer_document`), None when it is not held.
+    `new_document`: builds the new answer's document (called only when there is a base to diff against).
+    `answer_size`: the new answer's size, what "half the answer" is measured against (None: it has no
+    JSON form). `digest`: the new answer's `mcpcache.etag.answer_digest` (called only for ops small
+    enough to send; a `CanonicalizationError` from it means the answer has no digest form).
+    """
+    ops: list[dict[str, Any]] | None = None
+    ops_size = 0
+    found: str | None = None
+    if base is not None and answer_size is not None:
+        ops = delta.diff(base, new_document(), max_bytes=answer_size // 2)
+        if ops is not None:
+            ops_size = len(orjson.dumps(ops))
+            try:
+                found = digest()
+            except CanonicalizationError:
+                found = None
+    return decide_delta(
+        tool,
+        policy,
+        block,
+        plan,
+        structured_content,
+        base_held=base is not None,
+        answer_size=answer_size,
+        ops=ops,
+        ops_size=ops_size,
+        digest=found,
+        meta_key=meta_key,
+    )

@@ -511,3 +511,49 @@ async def test_a_failing_store_gives_the_whole_answer_not_an_exception() -> None
     assert kind == "full"
     store.failing = False
     assert (await read(refs, notebookish(source="b"), 'W/"2"'))[0] == "unchanged"
+
+
+# -- the benchmark and the proxy --------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_the_rereads_benchmark_meets_the_issues_bar() -> None:
+    from mcpcache.bench.rereads import run
+
+    figures = await run()
+    assert figures["reads"] >= 10
+    assert figures["edits"] >= 2
+    assert 90_000 <= figures["notebook_bytes"] <= 110_000
+    assert figures["edits_seen"] is True
+    assert figures["views_match"] is True
+    assert figures["mcpcache_tokens"] <= 0.15 * figures["naive_tokens"]
+    assert figures["views"] == {
+        "full": 1,
+        "changed": figures["edits"],
+        "unchanged": figures["reads"] - 1 - figures["edits"],
+    }
+
+
+def test_the_proxy_flag_turns_the_memory_on(tmp_path: Path) -> None:
+    from mcpcache.proxy.server import references_for
+    from mcpcache.proxy.settings import ProxySettings, RefsSettings, StdioUpstream
+
+    store = MemoryStore()
+    upstream = StdioUpstream("true", ())
+    off = references_for(ProxySettings(upstream, refs=RefsSettings("c")), store)
+    assert off is not None
+    assert off.shown is None
+    on = references_for(ProxySettings(upstream, refs=RefsSettings("c", remember_turns=20)), store)
+    assert on is not None
+    assert on.shown is not None
+    assert on.shown.max_turns == 20
+
+
+def test_the_proxy_flag_needs_references() -> None:
+    from typer.testing import CliRunner
+
+    from mcpcache.cli.app import app
+
+    result = CliRunner().invoke(app, ["proxy", "--remember-shown", "5", "--", "true"])
+    assert result.exit_code == 2
+    assert "--remember-shown needs --refs" in result.output

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio.to_thread
 
@@ -26,17 +26,31 @@ from mcpcache.protocol import MAX_ETAG_LENGTH, opaque_tag, parse_cache_block
 from mcpcache.refs.changes import Change, describe
 from mcpcache.refs.shown import Seen, ShownMemory, source_key
 from mcpcache.refs.uri import CacheUri
-from mcpcache.refs.view import URI_FIELD, ModelView, decode_json, encode_json, json_bytes, payload_of
+from mcpcache.refs.view import URI_FIELD, ModelView, Payload, decode_json, encode_json, json_bytes, payload_of
+from mcpcache.stores.base import Item
 from mcpcache.tokens import OFF_LOOP_CHARS, TokenCount
-
-if TYPE_CHECKING:
-    from mcpcache.refs.references import References
 
 UNCHANGED_FIELD = "_unchanged"
 CHANGED_FIELD = "_changed"
 CHANGES_FIELD = "_changes"
 MAX_TOOL_CHARS = 64
 """A tool's name is quoted in a view up to this many characters, so an unchanged view stays under 300."""
+
+
+class ViewHost(Protocol):
+    """What this module needs of `mcpcache.refs.references.References` (which calls it, so it is not imported)."""
+
+    @property
+    def conversation_id(self) -> str: ...
+
+    @property
+    def threshold_bytes(self) -> int: ...
+
+    async def _full_view(
+        self, payload: Payload, body: bytes, exact: bool, *, server: str, tool: str, arguments: Mapping[str, Any] | None
+    ) -> ModelView: ...
+
+    async def _held(self, token: str) -> Item | None: ...
 
 
 def _tool_name(tool: object) -> str:
@@ -96,7 +110,7 @@ def _tokens_in(meta: Mapping[str, Any], size: int) -> TokenCount:
 
 
 async def view(
-    refs: References,
+    refs: ViewHost,
     memory: ShownMemory,
     result: Any,
     server: str,
@@ -141,7 +155,7 @@ async def view(
         raise
 
 
-async def _unchanged(refs: References, seen: Seen, tool: str, body: bytes, exact: bool) -> ModelView | None:
+async def _unchanged(refs: ViewHost, seen: Seen, tool: str, body: bytes, exact: bool) -> ModelView | None:
     """The unchanged view, when the stored earlier answer is still there and is this one."""
     since = seen.shown.uri
     held = await refs._held(since.token)
@@ -159,7 +173,7 @@ async def _unchanged(refs: References, seen: Seen, tool: str, body: bytes, exact
 
 
 async def _changed(
-    refs: References, seen: Seen, tool: str, full: ModelView, body: bytes, exact: bool
+    refs: ViewHost, seen: Seen, tool: str, full: ModelView, body: bytes, exact: bool
 ) -> tuple[ModelView, int] | None:
     """The changed view and its size, when it is at most half the full view (counting the changed views
     already shown on top of the same full view)."""

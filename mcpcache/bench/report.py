@@ -331,8 +331,8 @@ def render_rereads(document: dict[str, Any], console: Console) -> None:
     if not rereads:
         return
     table = Table(
-        title=f"Re-reads: an agent reads a {human_bytes(rereads['notebook_bytes'])} notebook {rereads['reads']} "
-        f"times, {rereads['edits']} one-cell edits between reads"
+        title=f"Re-reads: a {human_bytes(rereads['notebook_bytes'])} notebook read {rereads['reads']} times, "
+        f"{rereads['edits']} one-cell edits between reads"
     )
     for column in ("what the model reads", "o200k tokens", "share"):
         table.add_column(column, justify="left" if column == "what the model reads" else "right")

@@ -314,7 +314,11 @@ def run_bench(args: BenchArgs, console: Console) -> dict[str, Any]:
         extras_started = time.monotonic()
         byref = anyio.run(_byref, mode.byref_runs, mode.byref_bytes) if args.extras else None
         answers = _answer_costs(notebooks, args.sizes) if args.extras else []
-        rereads = anyio.run(_rereads, _notebooks(args.out, ("100KB",), console)["100KB"]) if args.extras else None
+        rereads = None
+        if args.extras:
+            rereads_started = time.monotonic()
+            rereads = anyio.run(_rereads, _notebooks(args.out, ("100KB",), console)["100KB"])
+            phases["model_rereads_s"] = time.monotonic() - rereads_started
         phases["extras_s"] = time.monotonic() - extras_started
         hops = None
         if args.extras and mode.hops_rounds:

@@ -34,7 +34,7 @@ UNCHANGED_FIELD = "_unchanged"
 CHANGED_FIELD = "_changed"
 CHANGES_FIELD = "_changes"
 MAX_TOOL_CHARS = 64
-"""A tool's name is quoted in a view up to this many characters, so an unchanged view stays under 300."""
+"""A tool's name is quoted in a view up to this many characters."""
 
 
 class ViewHost(Protocol):
@@ -58,12 +58,17 @@ def _tool_name(tool: object) -> str:
     return name if len(name) <= MAX_TOOL_CHARS else name[: MAX_TOOL_CHARS - 3] + "..."
 
 
+MAX_UNCHANGED_CHARS = 300
+
+
 def unchanged_envelope(tool: object, since: CacheUri) -> dict[str, Any]:
-    note = (
-        f"{_tool_name(tool)} answered exactly as in its earlier result with this _cache_uri, which you already "
-        "have; it is not repeated here."
-    )
-    return {UNCHANGED_FIELD: note, URI_FIELD: str(since)}
+    """At most `MAX_UNCHANGED_CHARS` characters of JSON, whatever the tool's name and the conversation's id."""
+    for name in (_tool_name(tool), "The tool"):
+        note = f"{name} answered exactly as in its earlier result with this _cache_uri, which you already have."
+        envelope = {UNCHANGED_FIELD: note, URI_FIELD: str(since)}
+        if len(json_bytes(envelope).decode()) <= MAX_UNCHANGED_CHARS:
+            break
+    return envelope
 
 
 def changed_envelope(tool: object, since: CacheUri, uri: CacheUri, changes: list[Change]) -> dict[str, Any]:

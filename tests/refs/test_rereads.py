@@ -557,3 +557,13 @@ def test_the_proxy_flag_needs_references() -> None:
     result = CliRunner().invoke(app, ["proxy", "--remember-shown", "5", "--", "true"])
     assert result.exit_code == 2
     assert "--remember-shown needs --refs" in result.output
+
+
+@pytest.mark.parametrize("tool", ["read", "t" * 1000, '"' * 200, "ü" * 300, "a\nb\x00c"])
+async def test_an_unchanged_view_is_at_most_300_characters(harness: Harness, tool: str) -> None:
+    refs = harness.refs("c" * 100, shown=ShownMemory())  # a 64-character segment in every URI
+    for kind in ("full", "unchanged"):
+        view = await refs.for_model(notebookish(), server="s", tool=tool, tag='W/"1"')
+        assert view.kind == kind
+    assert len(view.text()) <= 300
+    assert view.envelope["_cache_uri"] == str(view.since)

@@ -69,7 +69,7 @@ def test_quick_json_holds_every_configuration_with_provenance(bench_out: Path) -
     document = json.loads((bench_out / "bench-quick.json").read_text())
     assert set(document) >= {
         "format", "created", "provenance", "machine", "load_average", "args", "configs", "seconds", "phases",
-        "summaries", "answers", "by_reference", "raw", "interleaved",
+        "summaries", "answers", "by_reference", "model_rereads", "raw", "interleaved",
     }  # fmt: skip
     assert document["format"] == 2
     assert document["interleaved"] is True
@@ -102,6 +102,12 @@ def test_quick_json_holds_every_configuration_with_provenance(bench_out: Path) -
         assert positions == list(range(len(CONFIGS)))
     assert {a["size"] for a in document["answers"]} == set(sizes)
     assert document["by_reference"]["write_inline"]["tokens"] > document["by_reference"]["write_by_reference"]["tokens"]
+    rereads = document["model_rereads"]
+    assert rereads["reads"] >= 10
+    assert rereads["edits"] >= 2
+    assert rereads["edits_seen"] is True
+    assert rereads["views_match"] is True
+    assert rereads["mcpcache_tokens"] <= 0.15 * rereads["naive_tokens"]
     for transport in transports:
         assert (bench_out / f"bench-quick-{transport}.png").read_bytes()[:8] == PNG
 

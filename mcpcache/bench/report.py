@@ -321,7 +321,34 @@ def render_extras(document: dict[str, Any], console: Console) -> None:
             f"{human_bytes(resolve['payload_bytes'])} reference from SQLite takes {resolve['median_ms']:.1f} ms "
             f"(median; p95 {resolve['p95_ms']:.1f} ms)"
         )
+    render_rereads(document, console)
     render_hops(document, console)
+
+
+def render_rereads(document: dict[str, Any], console: Console) -> None:
+    """The re-read scenario: what a model reads over repeated reads of one notebook, with and without memory."""
+    rereads = document.get("model_rereads")
+    if not rereads:
+        return
+    table = Table(
+        title=f"Re-reads: a {human_bytes(rereads['notebook_bytes'])} notebook read {rereads['reads']} times, "
+        f"{rereads['edits']} one-cell edits between reads"
+    )
+    for column in ("what the model reads", "o200k tokens", "share"):
+        table.add_column(column, justify="left" if column == "what the model reads" else "right")
+    naive, ours = rereads["naive_tokens"], rereads["mcpcache_tokens"]
+    views = rereads["views"]
+    table.add_row("the full view at every read", f"{naive:,}", "100%")
+    table.add_row(
+        f"views that remember ({views['full']} full, {views['changed']} changed, {views['unchanged']} unchanged)",
+        f"{ours:,}",
+        f"{ours / naive:.1%}" if naive else "-",
+    )
+    console.print(table)
+    console.print(
+        f"every edit seen in the next view: {'yes' if rereads['edits_seen'] else 'NO'}; "
+        f"the views add up to the server's answer at every read: {'yes' if rereads['views_match'] else 'NO'}"
+    )
 
 
 def render_hops(document: dict[str, Any], console: Console) -> None:

@@ -310,10 +310,15 @@ def run_bench(args: BenchArgs, console: Console) -> dict[str, Any]:
         task = progress.add_task("reads", total=steps)
         for transport in args.transports:
             raw.extend(_run_transport(transport, configs, args, notebooks, progress, task, rng, phases))
-        progress.update(task, description="by reference, tag cost and tokens")
+        progress.update(task, description="by reference, re-reads, tag cost and tokens")
         extras_started = time.monotonic()
         byref = anyio.run(_byref, mode.byref_runs, mode.byref_bytes) if args.extras else None
         answers = _answer_costs(notebooks, args.sizes) if args.extras else []
+        rereads = None
+        if args.extras:
+            rereads_started = time.monotonic()
+            rereads = anyio.run(_rereads, _notebooks(args.out, ("100KB",), console)["100KB"])
+            phases["model_rereads_s"] = time.monotonic() - rereads_started
         phases["extras_s"] = time.monotonic() - extras_started
         hops = None
         if args.extras and mode.hops_rounds:
@@ -333,6 +338,7 @@ def run_bench(args: BenchArgs, console: Console) -> dict[str, Any]:
         "phases": phases,
         "answers": answers,
         "by_reference": byref,
+        "model_rereads": rereads,
         "proxy_and_gateway": hops,
         "raw": raw,
     }
@@ -347,6 +353,12 @@ async def _byref(runs: int, resolve_bytes: int) -> dict[str, Any]:
     from mcpcache.bench.byref import run
 
     return await run(runs=runs, resolve_bytes=resolve_bytes)
+
+
+async def _rereads(notebook: Path) -> dict[str, Any]:
+    from mcpcache.bench.rereads import run
+
+    return await run(notebook=notebook)
 
 
 async def _hops(size: int, rounds: int, seed: int) -> dict[str, Any]:

@@ -72,6 +72,17 @@ def proxy(
             "--view-bytes", metavar="N", help="With --refs: results from this size are shown as views.", min=256
         ),
     ] = 4096,
+    remember_shown: Annotated[
+        int,
+        typer.Option(
+            "--remember-shown",
+            metavar="N",
+            help="With --refs: a result the model already read is shown as 'unchanged' or as its changes, for N "
+            "tool results after it was shown whole. Only if the host never drops or compacts tool results "
+            "from the model's context within N: the proxy cannot see that happen.",
+            min=0,
+        ),
+    ] = 0,
     upstream_era: Annotated[
         str,
         typer.Option(
@@ -111,11 +122,15 @@ def proxy(
             raise SettingsError("--upstream-era must be legacy or auto")
         if conversation is not None and not refs:
             raise SettingsError("--conversation needs --refs")
+        if remember_shown and not refs:
+            raise SettingsError("--remember-shown needs --refs")
         settings = ProxySettings(
             upstream=upstream,
             store=store_choice(store, redis),
             partition=partition if partition is not None else default_partition(upstream, os.environ),
-            refs=RefsSettings(conversation or new_conversation_id(), view_bytes, view_bytes) if refs else None,
+            refs=RefsSettings(conversation or new_conversation_id(), view_bytes, view_bytes, remember_shown)
+            if refs
+            else None,
             server_id=server_id,
             trusted=trust_annotations,
             upstream_era="auto" if upstream_era == "auto" else "legacy",

@@ -20,7 +20,7 @@ from mcpcache.client.identity import shown_url
 from mcpcache.proxy.calls import CachingMiddleware
 from mcpcache.proxy.link import UpstreamLink
 from mcpcache.proxy.settings import HttpUpstream, ProxySettings, StoreChoice
-from mcpcache.refs import References
+from mcpcache.refs import References, ShownMemory
 from mcpcache.stores import opening
 from mcpcache.stores.base import Store
 
@@ -43,6 +43,7 @@ def references_for(settings: ProxySettings, store: Store) -> References | None:
         conversation_id=settings.refs.conversation_id,
         threshold_bytes=settings.refs.threshold_bytes,
         max_view_bytes=settings.refs.max_view_bytes,
+        shown=ShownMemory(max_turns=settings.refs.remember_turns) if settings.refs.remember_turns else None,
     )
 
 

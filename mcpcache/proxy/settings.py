@@ -73,6 +73,8 @@ class RefsSettings:
     conversation_id: str
     threshold_bytes: int = 4096
     max_view_bytes: int = 4096
+    remember_turns: int = 0
+    """Re-read views (`ShownMemory(max_turns=...)`) for this many tool results after a full view; 0: off."""
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from mcpcache.refs.references import (
     StoredReference,
 )
 from mcpcache.refs.schema import with_uri_arguments
+from mcpcache.refs.shown import ShownMemory
 from mcpcache.refs.uri import CacheUri, UriError, mint, parse
 from mcpcache.refs.view import ModelView
 
@@ -23,6 +24,7 @@ __all__ = [
     "References",
     "Resolution",
     "ResolutionError",
+    "ShownMemory",
     "Source",
     "StoredReference",
     "UriError",

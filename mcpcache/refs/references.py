@@ -27,9 +27,12 @@ from typing import Any, Literal
 
 import anyio.to_thread
 
+from mcpcache.refs import rereads
+from mcpcache.refs.shown import ShownMemory
 from mcpcache.refs.uri import CacheUri, PointerError, UriError, is_cache_uri, mint, parse, resolve_pointer
 from mcpcache.refs.view import (
     ModelView,
+    Payload,
     Unencodable,
     decode_json,
     encode_json,
@@ -203,6 +206,9 @@ class References:
     max_resolved_bytes: the JSON bytes the references of one call may resolve to, every occurrence
         counted (the same reference twice counts twice), and also the bytes of the stored results they
         are read from; past it the call is refused before any payload is read.
+    shown: remember what the model was shown, so a re-read is shown as "unchanged" or as its changes
+        (`mcpcache.refs.shown`; docs/references.md, "Re-reads"). Off (None) by default: with it, the host
+        must call `shown.forget(...)` whenever the model's context loses a tool result it was shown.
     """
 
     def __init__(
@@ -216,6 +222,7 @@ class References:
         max_uris_per_call: int = DEFAULT_MAX_URIS_PER_CALL,
         max_resolved_bytes: int = DEFAULT_MAX_RESOLVED_BYTES,
         clock: Callable[[], float] = time.time,
+        shown: ShownMemory | None = None,
     ) -> None:
         if not isinstance(conversation_id, str):
             raise TypeError("conversation_id must be a string")
@@ -238,6 +245,7 @@ class References:
         self.max_uris_per_call = max_uris_per_call
         self.max_resolved_bytes = max_resolved_bytes
         self.clock = clock
+        self.shown = shown
         self._group = _conversation_group(conversation_id)
 
     def for_conversation(self, conversation_id: str) -> References:
@@ -251,6 +259,7 @@ class References:
             max_uris_per_call=self.max_uris_per_call,
             max_resolved_bytes=self.max_resolved_bytes,
             clock=self.clock,
+            shown=self.shown,
         )
 
     # -- minting ------------------------------------------------------------------------------------
@@ -299,15 +308,27 @@ class References:
         return StoredReference(uri, self.conversation_id, source, now, len(body), tokens)
 
     async def for_model(
-        self, result: Any, *, server: str, tool: str, arguments: Mapping[str, Any] | None = None
+        self,
+        result: Any,
+        *,
+        server: str,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        tag: str | None = None,
     ) -> ModelView:
         """What the model should see of `result`. Large results are stored first and referenced.
+
+        With `shown` (a `ShownMemory`), an answer this conversation's model already read is shown as
+        "unchanged", or as what changed, instead of whole (`mcpcache.refs.rereads`). `tag` is the answer's
+        tag; by default the one in the result's `_meta` cache block. An answer with no tag is always whole.
 
         Never raises on a value the host hands it. A result that cannot be written as JSON or measured
         (see `Unencodable`), or a failing store, never loses the result: the view is then the whole
         payload, unshortened, with no `_cache_uri`, and the reason is logged.
         """
         try:
+            if self.shown is not None:
+                return await rereads.view(self, self.shown, result, server, tool, arguments, tag)
             return await self._for_model(result, server=server, tool=tool, arguments=arguments)
         except Exception as exc:
             logger.warning(
@@ -326,6 +347,11 @@ class References:
         # either way). Token counting is what runs long, and it is cut into pieces the loop runs between.
         payload = payload_of(result)
         body, exact = encode_json(payload.value)
+        return await self._full_view(payload, body, exact, server=server, tool=tool, arguments=arguments)
+
+    async def _full_view(
+        self, payload: Payload, body: bytes, exact: bool, *, server: str, tool: str, arguments: Mapping[str, Any] | None
+    ) -> ModelView:
         if payload.is_error or len(body) < self.threshold_bytes:
             tokens = await count_tokens_async(body) if len(body) < 1_000_000 else TokenCount(len(body) // 4, "estimate")
             return ModelView(envelope_of(payload.value, None), None, len(body), tokens, [])
@@ -348,6 +374,18 @@ class References:
                 cut_view = functools.partial(shorten, payload.value, envelope, stored.uri, self.max_view_bytes)
                 envelope, shortened = await anyio.to_thread.run_sync(cut_view, abandon_on_cancel=True)
         return ModelView(envelope, stored.uri, stored.size_bytes, stored.tokens, shortened)
+
+    async def _held(self, token: str) -> Item | None:
+        """This conversation's stored payload under `token` (a load counts as a use, so it is kept longer);
+        None when it is gone, belongs to another conversation, or the store failed."""
+        try:
+            item = await self.store.load(_payload_key(token))
+        except Exception:
+            logger.warning("reference store failed while reading an earlier result", exc_info=True)
+            return None
+        if item is None or item.meta.get("conversation") != self.conversation_id:
+            return None
+        return item
 
     # -- resolving ----------------------------------------------------------------------------------
 

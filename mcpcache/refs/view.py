@@ -13,7 +13,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel
@@ -22,6 +22,7 @@ from mcpcache.refs.uri import CacheUri, pointer_of
 from mcpcache.tokens import TokenCount, count_tokens
 
 URI_FIELD = "_cache_uri"
+ViewKind = Literal["full", "unchanged", "changed"]
 RESULT_FIELD = "result"
 
 
@@ -166,6 +167,11 @@ class ModelView:
     tokens: TokenCount
     shortened: list[str]
     """JSON pointers of the members replaced by markers."""
+    kind: ViewKind = "full"
+    """full: the answer (perhaps shortened); unchanged: a note that it is the answer the model read before;
+    changed: what changed since the answer the model read before (`mcpcache.refs.changes`)."""
+    since: CacheUri | None = None
+    """unchanged and changed views: the earlier result they build on (for unchanged, also `uri`)."""
 
     def text(self) -> str:
         """The envelope as JSON text. Never raises: what no encoder can write (see `Unencodable`) is

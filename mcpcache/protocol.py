@@ -52,7 +52,9 @@ it would load the SDK's client package into every importer of the wire vocabular
 bare `import mcpcache` included (tests/test_protocol.py checks that the two agree)."""
 
 Scope = Literal["private", "public"]
-_WIRE_FIELDS = ("ttlMs", "cacheScope", "etag", NOT_MODIFIED_KEY)
+STALE_WHILE_REVALIDATE_KEY = "staleWhileRevalidateMs"
+STALE_IF_ERROR_KEY = "staleIfErrorMs"
+_WIRE_FIELDS = ("ttlMs", "cacheScope", "etag", NOT_MODIFIED_KEY, STALE_WHILE_REVALIDATE_KEY, STALE_IF_ERROR_KEY)
 
 MAX_ACCEPTED_FORMATS = 16
 """A request naming more delta formats is read for its first 16: nobody implements more, and a reader
@@ -114,6 +116,16 @@ def _tolerant_ttl(value: object) -> int | None:
             return 0
         return min(max(int(value), 0), MAX_TTL_MS)
     return 0
+
+
+def _tolerant_window(value: object) -> int | None:
+    """A stale window (docs/protocol.md section 12), clamped like `ttlMs`. Unlike `ttlMs`, a value that is not
+    a whole number reads as absent: a window nobody meant is never granted, and absent and 0 mean the same."""
+    if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and (not math.isfinite(value) or value != int(value)):
+        return None
+    return min(max(int(value), 0), MAX_TTL_MS)
 
 
 class DeltaBlock(BaseModel):
@@ -188,11 +200,22 @@ class CacheBlock(BaseModel):
     not_modified: bool = Field(default=False, alias="notModified")
     delta: DeltaBlock | MalformedDelta | None = None
     """None: the block carries no `delta` field (the reply is not a delta reply)."""
+    stale_while_revalidate_ms: int | None = Field(default=None, alias=STALE_WHILE_REVALIDATE_KEY)
+    """How long after freshness ends a client may serve the answer at once while it revalidates in the
+    background (RFC 5861's stale-while-revalidate). None: not given (no stale serving)."""
+    stale_if_error_ms: int | None = Field(default=None, alias=STALE_IF_ERROR_KEY)
+    """How long after freshness ends a client may serve the answer when the server cannot answer (RFC
+    5861's stale-if-error). None: not given."""
 
     @field_validator("ttl_ms", mode="before")
     @classmethod
     def _ttl(cls, value: object) -> int | None:
         return _tolerant_ttl(value)
+
+    @field_validator("stale_while_revalidate_ms", "stale_if_error_ms", mode="before")
+    @classmethod
+    def _window(cls, value: object) -> int | None:
+        return _tolerant_window(value)
 
     @field_validator("cache_scope", mode="before")
     @classmethod
@@ -230,6 +253,10 @@ class CacheBlock(BaseModel):
             wire["etag"] = self.etag
         if self.not_modified:
             wire[NOT_MODIFIED_KEY] = True
+        if self.stale_while_revalidate_ms:  # 0 says what absence says; the block stays as it was without
+            wire[STALE_WHILE_REVALIDATE_KEY] = self.stale_while_revalidate_ms
+        if self.stale_if_error_ms:
+            wire[STALE_IF_ERROR_KEY] = self.stale_if_error_ms
         if isinstance(self.delta, DeltaBlock):  # a MalformedDelta is only ever read, never written
             wire[DELTA_KEY] = self.delta.to_wire()
         return wire

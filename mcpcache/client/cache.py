@@ -70,6 +70,7 @@ from mcpcache.client.policy import (
     reply_block,
     store_arm,
 )
+from mcpcache.client.stale import DEFAULT_BACKGROUND_REVALIDATIONS, Background, StaleServing
 from mcpcache.client.tier import DecodedTier, copy_result, hold
 from mcpcache.client.views import view_of
 from mcpcache.etag import CanonicalizationError
@@ -129,7 +130,7 @@ class _Looked:
         self.decision = decision
 
 
-class ToolCache:
+class ToolCache(StaleServing):
     """A private cache for MCP tool results.
 
     store: where answers are kept (default: a SQLite file in the user's cache directory).
@@ -151,6 +152,11 @@ class ToolCache:
     decoded_tier_bytes: how many bytes of stored answers (counted as stored) this process keeps decoded in
         front of the store (see `mcpcache.client.tier`); 0 keeps none; None (the default) is
         `max_answer_bytes`, so any answer the cache stores can be held. Every serve is a private copy.
+    serve_stale: serve an answer that is no longer fresh when the server allows it (docs/client.md, "Serving
+        stale"): at once while it is revalidated in the background, or when the server cannot answer. False:
+        never, whatever the server allows.
+    background_revalidations: how many of those background revalidations run at once; past it a call
+        revalidates in the foreground. `close()` cancels and awaits the ones running.
     """
 
     def __init__(
@@ -168,6 +174,8 @@ class ToolCache:
         store_deadline_per_mb_s: float = DEFAULT_STORE_SECONDS_PER_MB,
         max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
         decoded_tier_bytes: int | None = None,
+        serve_stale: bool = True,
+        background_revalidations: int = DEFAULT_BACKGROUND_REVALIDATIONS,
         clock: Clock = time.time,
     ) -> None:
         if not isinstance(partition, str):
@@ -177,6 +185,10 @@ class ToolCache:
         if isinstance(max_answer_bytes, bool) or not isinstance(max_answer_bytes, int) or max_answer_bytes < 1:
             raise ValueError(f"max_answer_bytes must be an int >= 1, got {max_answer_bytes!r}")
         self.max_answer_bytes = max_answer_bytes
+        if type(background_revalidations) is not int or background_revalidations < 0:
+            raise ValueError(f"background_revalidations must be an int >= 0, got {background_revalidations!r}")
+        self.serve_stale = serve_stale
+        self._background = Background(background_revalidations)
         self.store = store if store is not None else default_store(TOOLS_FILE)
         self._owns_store = store is None
         """`close()` closes only a store this cache opened itself (the default one)."""
@@ -310,7 +322,9 @@ class ToolCache:
         return cached_entries(self.store, server=server, tool=tool, clock=self.clock)
 
     async def close(self) -> None:
-        """Close the store if this cache opened it (the default SQLite file); a store you passed stays open."""
+        """Cancel and await the revalidations running in the background, then close the store if this cache
+        opened it (the default SQLite file); a store you passed stays open."""
+        await self._background.close()
         if self._owns_store:
             await self.store.close()
 
@@ -342,6 +356,24 @@ class ToolCache:
         variant: str = "",
     ) -> tuple[CallToolResult, CallOutcome]:
         """Answer one call, from the cache or the server. Returns the result and what was done."""
+        try:
+            return await self._execute(conn, name, arguments, mode=mode, meta=meta, variant=variant)
+        except Exception as exc:
+            served = await self._serve_if_error(conn, name, arguments, mode, variant, exc)
+            if served is None:
+                raise
+            return served
+
+    async def _execute(
+        self,
+        conn: Connection,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        *,
+        mode: CacheMode,
+        meta: Mapping[str, Any] | None,
+        variant: str,
+    ) -> tuple[CallToolResult, CallOutcome]:
         if mode not in CACHE_MODES:
             raise ValueError(f"cache mode must be one of {CACHE_MODES}, got {mode!r}")
         args = dict(arguments or {})
@@ -374,6 +406,9 @@ class ToolCache:
                 if served is _Unserved.GONE and replaced < _LOOKS_AFTER_A_REPLACEMENT:
                     continue  # another writer's version: judged by its own metadata
                 looked = await self._unserved(looked, served)
+            stale = await self._serve_stale(conn, identity, key, mode, user_meta, looked)
+            if stale is not None:
+                return self._finish(identity, *stale)
             shareable = False
             if mode == "use":
                 if self._flights.landed(key) != landed:
@@ -618,7 +653,7 @@ class ToolCache:
 
     def _expires_at(self, meta: EntryMeta) -> float:
         """When the store may drop the entry, on the store's clock (which judges it), not the cache's."""
-        keep = self.keep_stale_s if meta.etag is not None else 0.0
+        keep = max(self.keep_stale_s if meta.etag is not None else 0.0, meta.servable_stale_s())
         return self.store.now() + max(meta.fresh_until() - self.clock(), 0.0) + keep
 
     async def _keep(

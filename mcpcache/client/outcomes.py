@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Status = Literal["fresh_hit", "revalidated", "miss", "bypass"]
+Status = Literal["fresh_hit", "revalidated", "miss", "bypass", "stale_while_revalidate", "stale_if_error"]
 
 
 @dataclass(frozen=True)
@@ -14,7 +14,10 @@ class CallOutcome:
 
     status: Status
     """fresh_hit: served with no request; revalidated: the server said not-modified; miss: a full answer
-    came over the wire; bypass: the cache was not consulted."""
+    came over the wire; bypass: the cache was not consulted; stale_while_revalidate: the stored answer,
+    no longer fresh, served at once while a revalidation runs in the background; stale_if_error: the
+    stored answer, no longer fresh, served because the server could not answer (the reason says how it
+    failed)."""
     stored: bool
     reason: str
     bytes_saved: int = 0
@@ -40,6 +43,15 @@ class CacheStats:
     bytes_saved: int = 0
     """Answer bytes that did not cross the wire: whole answers on fresh hits, answer minus the
     not-modified reply on revalidations."""
+    stale_while_revalidate: int = 0
+    """Calls served a stale answer at once while it was revalidated in the background."""
+    stale_if_error: int = 0
+    """Calls served a stale answer because the server could not answer."""
+    background_revalidations: int = 0
+    """Revalidations started in the background for stale answers served at once (one per entry at a time)."""
+    background_failures: int = 0
+    """Background revalidations that failed (the server unreachable, an error, a timeout, close()): never a
+    caller's failure; the entry stays as it was."""
 
     def record(self, outcome: CallOutcome) -> None:
         self.calls += 1
@@ -56,6 +68,10 @@ class CacheStats:
                 self.misses += 1
             case "bypass":
                 self.bypasses += 1
+            case "stale_while_revalidate":
+                self.stale_while_revalidate += 1
+            case "stale_if_error":
+                self.stale_if_error += 1
         if outcome.status in ("miss", "bypass"):
             if outcome.stored:
                 self.stored += 1

@@ -5,6 +5,8 @@ read:
 - `decide_lookup`: given the stored entry (if any), what to do before sending anything;
 - `decide_join`: whether a call may share an identical request already in flight;
 - `decide_reply`: given what the server answered, what to return and what to keep;
+- `decide_stale`: whether a stale entry may be served (at once while it is revalidated in the background,
+  or in place of a server that could not answer), and why;
 - `reply_block`, `store_arm`, `freshness_ended_at`, `ends_freshness`, `may_serve`: the smaller rules the
   driver would otherwise decide on its own.
 The driver (`mcpcache.client.cache`) does exactly what the decision says.
@@ -14,12 +16,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, TypeGuard, get_args
+from typing import Any, Literal, TypeGuard, get_args
 
 from mcp.client.caching import CacheMode
 
 from mcpcache.client.keys import Arm
-from mcpcache.protocol import NOT_MODIFIED_KEY, CacheBlock, Scope, parse_cache_block, unconfirmed, weak_equal
+from mcpcache.protocol import (
+    NOT_MODIFIED_KEY,
+    STALE_IF_ERROR_KEY,
+    STALE_WHILE_REVALIDATE_KEY,
+    CacheBlock,
+    Scope,
+    parse_cache_block,
+    unconfirmed,
+    weak_equal,
+)
 
 __all__ = [
     "CACHE_MODES",
@@ -30,18 +41,24 @@ __all__ = [
     "Join",
     "JoinFlight",
     "Lookup",
+    "NotStale",
     "RepeatWithoutTag",
     "Reply",
     "ReturnUnstored",
     "Revalidate",
     "SendOwn",
     "ServeFresh",
+    "ServeStale",
     "ServeStored",
+    "StaleChoice",
+    "StaleWindow",
     "StoreAnswer",
     "decide_join",
     "decide_lookup",
     "decide_reply",
     "decide_size",
+    "decide_stale",
+    "ended_by_a_write",
     "ends_freshness",
     "freshness_ended_at",
     "may_serve",
@@ -79,6 +96,12 @@ class EntryMeta:
     stored: int = 0
     """Bytes of the stored body (what loading it moves), when it differs from `size`: an answer whose text
     repeats its structured content is stored with that text once (`mcpcache.client.entries`)."""
+    stale_while_revalidate_ms: int = 0
+    """How long after freshness ends the answer may be served at once while it is revalidated in the
+    background (the server's `staleWhileRevalidateMs`; 0: never)."""
+    stale_if_error_ms: int = 0
+    """How long after freshness ends the answer may be served when the server cannot answer (its
+    `staleIfErrorMs`; 0: never)."""
 
     @property
     def stored_bytes(self) -> int:
@@ -87,6 +110,10 @@ class EntryMeta:
 
     def fresh_until(self) -> float:
         return self.received_at + self.ttl_ms / 1000
+
+    def servable_stale_s(self) -> float:
+        """How long after freshness ends the entry may still be served stale, by either window."""
+        return max(self.stale_while_revalidate_ms, self.stale_if_error_ms) / 1000
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -100,6 +127,8 @@ class EntryMeta:
             "args": self.arguments,
             "marks": list(self.marks),
             **({"stored": self.stored} if self.stored else {}),
+            **({STALE_WHILE_REVALIDATE_KEY: self.stale_while_revalidate_ms} if self.stale_while_revalidate_ms else {}),
+            **({STALE_IF_ERROR_KEY: self.stale_if_error_ms} if self.stale_if_error_ms else {}),
         }
 
     @classmethod
@@ -120,6 +149,9 @@ class EntryMeta:
         arguments, marks, stored = raw.get("args", ""), raw.get("marks"), raw.get("stored", 0)
         if type(arguments) is not str or not _is_count(stored):
             return None
+        revalidate_ms, if_error_ms = raw.get(STALE_WHILE_REVALIDATE_KEY, 0), raw.get(STALE_IF_ERROR_KEY, 0)
+        if not _is_count(revalidate_ms) or not _is_count(if_error_ms):
+            return None
         kept: tuple[str, ...] = ()
         if marks is not None:
             if type(marks) is not list:
@@ -127,7 +159,10 @@ class EntryMeta:
             kept = tuple(marks)
             if not all(type(mark) is str for mark in kept):
                 return None
-        return cls(tool, scope, ttl, etag, float(requested), float(received), size, arguments, kept, stored)
+        return cls(
+            tool, scope, ttl, etag, float(requested), float(received), size, arguments, kept, stored,
+            revalidate_ms, if_error_ms,
+        )  # fmt: skip
 
 
 def _is_count(value: object) -> TypeGuard[int]:
@@ -180,7 +215,7 @@ def decide_lookup(mode: CacheMode, entry: EntryMeta | None, now: float, freshnes
         return Fetch(store=True, reason="refresh: the stored entry is not served")
     if entry is None:
         return Fetch(store=True, reason="miss: nothing stored for this call")
-    ended = freshness_ended_at is not None and freshness_ended_at >= entry.requested_at
+    ended = ended_by_a_write(entry, freshness_ended_at)
     remaining = entry.fresh_until() - now
     if not ended and remaining > 0:
         return ServeFresh(f"fresh: {readable_duration(remaining)} of {entry.ttl_ms} ms left")
@@ -264,6 +299,8 @@ def decide_reply(
             etag=block.etag,
             requested_at=requested_at,
             received_at=received_at,
+            stale_while_revalidate_ms=block.stale_while_revalidate_ms or 0,
+            stale_if_error_ms=block.stale_if_error_ms or 0,
         )
         return ServeStored(refreshed, block, "revalidated: the server confirmed the stored answer")
     if is_error:
@@ -284,6 +321,8 @@ def decide_reply(
         requested_at=requested_at,
         received_at=received_at,
         size=size,
+        stale_while_revalidate_ms=block.stale_while_revalidate_ms or 0,
+        stale_if_error_ms=block.stale_if_error_ms or 0,
     )
     verb = "replaced" if entry is not None else "stored"
     tagged = "tagged" if meta.etag else "no tag"
@@ -410,3 +449,53 @@ def decide_join(
     if freshness_ended_at is not None and flight_sent_at <= freshness_ended_at:
         return SendOwn("the identical call in flight was sent before freshness last ended; sending a new one")
     return JoinFlight("sharing an identical call in flight")
+
+
+# Serving stale (docs/protocol.md section 12) ----------------------------------------------------
+
+StaleWindow = Literal["stale_while_revalidate", "stale_if_error"]
+"""Which of an entry's stale windows a decision is about; also the outcome's status when it is served."""
+
+
+@dataclass(frozen=True)
+class ServeStale:
+    """Serve the stored answer though it is not fresh: at once, while it is revalidated in the background
+    (`stale_while_revalidate`), or in place of a server that could not answer (`stale_if_error`)."""
+
+    window: StaleWindow
+    reason: str
+
+
+@dataclass(frozen=True)
+class NotStale:
+    """Serve nothing stale: the call goes on as it would without the window (or its failure is raised)."""
+
+    reason: str
+
+
+StaleChoice = ServeStale | NotStale
+
+
+def ended_by_a_write(entry: EntryMeta, freshness_ended_at: float | None) -> bool:
+    """Whether a freshness end (a mutating call, a notification, an invalidation, a clear) came after the
+    request that produced the entry: it is then stale whatever its ttl, and never served stale."""
+    return freshness_ended_at is not None and freshness_ended_at >= entry.requested_at
+
+
+def decide_stale(window: StaleWindow, entry: EntryMeta, now: float, freshness_ended_at: float | None) -> StaleChoice:
+    """Whether `entry` may be served under `window` at `now`: only within that many milliseconds after its
+    freshness ended by its ttl, and never after a write ended it (a caller reads its own writes, whatever
+    the server allows). For `stale_if_error` the caller has already met the server's failure."""
+    name = window.replace("_", "-")
+    if ended_by_a_write(entry, freshness_ended_at):
+        return NotStale(f"not served {name}: its freshness was ended by a write (read-your-writes)")
+    window_ms = entry.stale_while_revalidate_ms if window == "stale_while_revalidate" else entry.stale_if_error_ms
+    if window_ms == 0:
+        return NotStale(f"not served {name}: the server allows none")
+    stale_for = now - entry.fresh_until()
+    if stale_for > window_ms / 1000:
+        return NotStale(f"not served {name}: stale for {readable_duration(stale_for)}, past its {window_ms} ms")
+    age = f"stale for {readable_duration(max(stale_for, 0.0))}, within its {window_ms} ms"
+    if window == "stale_while_revalidate":
+        return ServeStale(window, f"{name}: {age}; served at once, revalidating in the background")
+    return ServeStale(window, f"{name}: {age}; served the stored answer")

@@ -72,6 +72,12 @@ class ToolSettings(_Strict):
     deltas: bool = True
     """Send a caller that holds an older answer the change only (a delta reply), when it asks for one and
     the store's history holds its answer. False: this tool's answers are never kept in the history."""
+    stale_while_revalidate_ms: int | None = Field(default=None, ge=0, le=MAX_TTL_MS, strict=True)
+    """How long after freshness ends a caller's cache may serve the answer at once while it revalidates in the
+    background. None: what the upstream's own cache block says, else none."""
+    stale_if_error_ms: int | None = Field(default=None, ge=0, le=MAX_TTL_MS, strict=True)
+    """How long after freshness ends a caller's cache may serve the answer when the gateway cannot answer
+    (unreachable, timing out, a JSON-RPC error). None: what the upstream's own cache block says, else none."""
 
 
 class UpstreamSettings(_Strict):
@@ -353,7 +359,7 @@ def _describe(error: ErrorDetails, lines: TomlLines, source: str) -> str:
     loc = [part for part in error["loc"] if not (isinstance(part, str) and part.startswith("function-"))]
     kind = error["type"]
     message = _FRIENDLY.get(kind) or str(error["msg"]).removeprefix("Value error, ")
-    if kind in ("int_type", "greater_than_equal", "less_than_equal") and loc and str(loc[-1]).endswith("ttl_ms"):
+    if kind in ("int_type", "greater_than_equal", "less_than_equal") and loc and str(loc[-1]).endswith("_ms"):
         message = f"must be an integer number of milliseconds between 0 and {MAX_TTL_MS} (24 h)"
     if kind == "extra_forbidden":
         return _at(lines, source, loc, message)

@@ -102,15 +102,33 @@ UpstreamReading = TagFromUpstream | TagFromAnswer | UpstreamNotModified | AskAga
 def effective_policy(settings: ToolSettings, upstream: CacheBlock | None) -> CachePolicy:
     """The configured treatment merged with the upstream's own block.
 
-    ttl: the configured one, else the upstream's, else 0. scope: public only if the configuration says
-    public and the upstream, if it stamped, says public too (either side may narrow, neither may widen).
+    ttl and the stale windows: the configured ones, else the upstream's, else 0. scope: public only if the
+    configuration says public and the upstream, if it stamped, says public too (either side may narrow,
+    neither may widen).
     """
     if settings.ttl_ms is not None:
         ttl = settings.ttl_ms
     else:
         ttl = upstream.ttl_ms if upstream is not None and upstream.ttl_ms is not None else 0
     public = settings.scope == "public" and (upstream is None or upstream.cache_scope == "public")
-    return CachePolicy(ttl_ms=ttl, scope="public" if public else "private", kind=settings.kind, etag=settings.etag)
+    return CachePolicy(
+        ttl_ms=ttl,
+        scope="public" if public else "private",
+        kind=settings.kind,
+        etag=settings.etag,
+        stale_while_revalidate_ms=_configured_or_upstream(
+            settings.stale_while_revalidate_ms, upstream.stale_while_revalidate_ms if upstream is not None else None
+        ),
+        stale_if_error_ms=_configured_or_upstream(
+            settings.stale_if_error_ms, upstream.stale_if_error_ms if upstream is not None else None
+        ),
+    )
+
+
+def _configured_or_upstream(configured: int | None, upstream: int | None) -> int:
+    if configured is not None:
+        return configured
+    return upstream or 0
 
 
 def read_upstream(

@@ -132,6 +132,9 @@ class PartitionCaches:
                 keep_stale_s=self.keep_stale_s,
                 decoded_tier_bytes=self.decoded_bytes,
                 max_answer_bytes=self.max_answer_bytes,
+                # The gateway hands the stale windows on to its callers' caches, which serve stale themselves;
+                # serving stale here would hand a stale answer on as if it were fresh, with a fresh ttl.
+                serve_stale=False,
             )
             self._caches[partition] = cache
         return cache
@@ -477,6 +480,9 @@ class GatewayMiddleware(Middleware):
             kind=route.settings.kind,
             etag=block.etag is not None,
             deltas=route.settings.deltas,
+            # The windows start when freshness ends, so they are handed on as they were stamped.
+            stale_while_revalidate_ms=block.stale_while_revalidate_ms or 0,
+            stale_if_error_ms=block.stale_if_error_ms or 0,
         )
         answer = Answer(result.content, result.structured_content, False, result.meta)
         after = decide_after_body(route.public_name, policy, requested, block.etag, answer, meta_key=self.meta_key)

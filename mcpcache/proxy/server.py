@@ -90,6 +90,7 @@ async def serve(settings: ProxySettings) -> None:
         await server.run_async(transport="stdio", show_banner=False)
     finally:
         try:
+            await cache.close()  # its background revalidations first: they use the upstream and the store
             await link.aclose()
         finally:
             stats: dict[str, Any] = cache.stats.as_dict()

@@ -108,7 +108,13 @@ def validator_matches(requested: str | None, pre_tag: str | None) -> bool:
 
 def decide_block(policy: CachePolicy, tag: str | None) -> CacheBlock:
     """The cache block a declared tool's answer carries; the tag only when the tool stamps tags."""
-    return CacheBlock(ttl_ms=policy.ttl_ms, cache_scope=policy.scope, etag=tag if policy.etag else None)
+    return CacheBlock(
+        ttl_ms=policy.ttl_ms,
+        cache_scope=policy.scope,
+        etag=tag if policy.etag else None,
+        stale_while_revalidate_ms=policy.stale_while_revalidate_ms or None,
+        stale_if_error_ms=policy.stale_if_error_ms or None,
+    )
 
 
 def decide_before_body(

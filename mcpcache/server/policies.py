@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from mcpcache.protocol import MAX_TTL_MS, META_KEY, Scope
+from mcpcache.protocol import MAX_TTL_MS, META_KEY, STALE_IF_ERROR_KEY, STALE_WHILE_REVALIDATE_KEY, Scope
 
 Validator = Callable[[Mapping[str, Any]], Any | Awaitable[Any]]
 """Called with the call's arguments; returns a JSON-able version of what the tool reads (sync or async)."""
@@ -34,6 +34,10 @@ class CachePolicy:
     deltas: answer a conditional call whose tag is not current with a delta reply when the caller accepts
         one and the server still holds the answer it sent under that tag (docs/server.md, "Delta
         replies"). False: this tool's answers are never kept in the history nor sent as deltas.
+    stale_while_revalidate_ms: how long after freshness ends a client may serve the stored answer at once
+        while it revalidates in the background (docs/server.md, "Serving stale"). 0: never.
+    stale_if_error_ms: how long after freshness ends a client may serve the stored answer when this server
+        cannot be reached, times out or answers a JSON-RPC error. 0: never.
     """
 
     ttl_ms: int = 0
@@ -42,12 +46,16 @@ class CachePolicy:
     etag: bool = True
     validator: Validator | None = None
     deltas: bool = True
+    stale_while_revalidate_ms: int = 0
+    stale_if_error_ms: int = 0
 
     def __post_init__(self) -> None:
-        if isinstance(self.ttl_ms, bool) or not isinstance(self.ttl_ms, int):
-            raise TypeError(f"ttl_ms must be an int of milliseconds, not {type(self.ttl_ms).__name__}")
-        if not 0 <= self.ttl_ms <= MAX_TTL_MS:
-            raise ValueError(f"ttl_ms must be between 0 and {MAX_TTL_MS} (24 h), got {self.ttl_ms}")
+        for name in ("ttl_ms", "stale_while_revalidate_ms", "stale_if_error_ms"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int of milliseconds, not {type(value).__name__}")
+            if not 0 <= value <= MAX_TTL_MS:
+                raise ValueError(f"{name} must be between 0 and {MAX_TTL_MS} (24 h), got {value}")
         if self.scope not in ("private", "public"):
             raise ValueError(f'scope must be "private" or "public", got {self.scope!r}')
         if self.kind is not None and not isinstance(self.kind, str):
@@ -69,6 +77,10 @@ class CachePolicy:
             block["etag"] = False
         if not self.deltas and self.etag:  # without tags there are no deltas to turn off
             block["deltas"] = False
+        if self.stale_while_revalidate_ms:
+            block[STALE_WHILE_REVALIDATE_KEY] = self.stale_while_revalidate_ms
+        if self.stale_if_error_ms:
+            block[STALE_IF_ERROR_KEY] = self.stale_if_error_ms
         return block
 
 
@@ -97,12 +109,14 @@ def policy_from_block(block: object) -> CachePolicy:
             kind=block.get("kind"),
             etag=etag,
             deltas=deltas,
+            stale_while_revalidate_ms=block.get(STALE_WHILE_REVALIDATE_KEY, 0),
+            stale_if_error_ms=block.get(STALE_IF_ERROR_KEY, 0),
         )
     except (TypeError, ValueError) as exc:
         raise DeclarationError(str(exc)) from None
 
 
-_BLOCK_FIELDS = ("ttlMs", "cacheScope", "kind", "etag", "deltas")
+_BLOCK_FIELDS = ("ttlMs", "cacheScope", "kind", "etag", "deltas", STALE_WHILE_REVALIDATE_KEY, STALE_IF_ERROR_KEY)
 
 
 def cache_meta(
@@ -112,14 +126,25 @@ def cache_meta(
     kind: str | None = None,
     etag: bool = True,
     deltas: bool = True,
+    stale_while_revalidate_ms: int = 0,
+    stale_if_error_ms: int = 0,
     meta_key: str = META_KEY,
 ) -> dict[str, Any]:
     """The tool `meta` that declares a tool cacheable, for `@mcp.tool(meta=cache_meta(ttl_ms=5000))`.
 
     Checked now (a bad value raises here, at declaration time), and merged with other meta with `|`.
     The validator, being code, is handed to the adapter instead (`install(..., validators={...})`).
+    The stale windows are `CachePolicy`'s (docs/server.md, "Serving stale").
     """
-    policy = CachePolicy(ttl_ms=ttl_ms, scope=scope, kind=kind, etag=etag, deltas=deltas)
+    policy = CachePolicy(
+        ttl_ms=ttl_ms,
+        scope=scope,
+        kind=kind,
+        etag=etag,
+        deltas=deltas,
+        stale_while_revalidate_ms=stale_while_revalidate_ms,
+        stale_if_error_ms=stale_if_error_ms,
+    )
     return {meta_key: policy.declaration_block()}
 
 
@@ -149,12 +174,23 @@ class ToolPolicies:
         etag: bool = True,
         validator: Validator | None = None,
         deltas: bool = True,
+        stale_while_revalidate_ms: int = 0,
+        stale_if_error_ms: int = 0,
     ) -> Callable[[F], F]:
         """Decorator form of `declare`; put it below `@mcp.tool(...)` and give `name=` if the tool is renamed.
 
         The function is returned unchanged, so it works under any tool decorator, sync or async.
         """
-        policy = CachePolicy(ttl_ms=ttl_ms, scope=scope, kind=kind, etag=etag, validator=validator, deltas=deltas)
+        policy = CachePolicy(
+            ttl_ms=ttl_ms,
+            scope=scope,
+            kind=kind,
+            etag=etag,
+            validator=validator,
+            deltas=deltas,
+            stale_while_revalidate_ms=stale_while_revalidate_ms,
+            stale_if_error_ms=stale_if_error_ms,
+        )
 
         def register(fn: F) -> F:
             tool_name = name or getattr(fn, "__name__", None)

@@ -321,6 +321,10 @@ class ToolCache(StaleServing):
 
         return cached_entries(self.store, server=server, tool=tool, clock=self.clock)
 
+    async def flush(self) -> None:
+        """Wait for the revalidations this cache runs in the background (for answers it served stale) to land."""
+        await self._background.wait()
+
     async def close(self) -> None:
         """Cancel and await the revalidations running in the background, then close the store if this cache
         opened it (the default SQLite file); a store you passed stays open."""

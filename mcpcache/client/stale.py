@@ -144,6 +144,11 @@ class Background:
         if not task.cancelled() and task.exception() is not None:  # pragma: no cover - `work` catches its failures
             logger.warning("tool cache: a background revalidation failed", exc_info=task.exception())
 
+    async def wait(self) -> None:
+        """Wait until no revalidation runs (those started meanwhile included); never cancels one."""
+        while self._by_key:
+            await asyncio.wait(list(self._by_key.values()))
+
     async def close(self) -> None:
         """Cancel every revalidation running and wait until each has stopped (whatever it was doing: a store
         write it started is bounded by the store's deadline)."""

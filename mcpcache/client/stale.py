@@ -39,7 +39,6 @@ from mcpcache.client.policy import CacheMode, NotStale, ServeFresh, ServeStale, 
 from mcpcache.etag import CanonicalizationError
 
 if TYPE_CHECKING:
-    from mcpcache.client.cache import _Looked, _Unserved
     from mcpcache.client.contracts import Connection
     from mcpcache.client.entries import Found
 
@@ -170,10 +169,13 @@ class StaleServing:
     _background: Background
 
     if TYPE_CHECKING:
+        # The driver's steps, as `mcpcache.client.cache` defines them. What a lookup returns (`_Looked`: the
+        # entry found, when freshness last ended, the decision) is the driver's own type, named loosely here
+        # so that this module does not import the driver's; `_answer_of` answers the stored answer or why not.
 
-        async def _look(self, identity: CallIdentity, private_key: str, mode: CacheMode) -> _Looked: ...
+        async def _look(self, identity: CallIdentity, private_key: str, mode: CacheMode) -> Any: ...
 
-        async def _answer_of(self, found: Found) -> CallToolResult | _Unserved: ...
+        async def _answer_of(self, found: Found) -> object: ...
 
         async def _send(
             self,
@@ -182,7 +184,7 @@ class StaleServing:
             key: str,
             mode: CacheMode,
             user_meta: dict[str, Any] | None,
-            looked: _Looked,
+            looked: Any,
             timeout_s: float | None,
         ) -> tuple[CallToolResult, CallOutcome]: ...
 
@@ -197,13 +199,13 @@ class StaleServing:
         key: str,
         mode: CacheMode,
         user_meta: dict[str, Any] | None,
-        looked: _Looked,
+        looked: Any,
     ) -> tuple[CallToolResult, CallOutcome] | None:
         """A stored answer that is no longer fresh, served at once while a background revalidation (this call's,
         or one already running for the entry) brings it up to date; None when the call goes on as without the
         window (no window, past it, a write ended its freshness, the answer could not be loaded, or the
         background is at its bound, so this call revalidates in the foreground)."""
-        found = looked.found
+        found: Found | None = looked.found
         if mode != "use" or found is None or not self.serve_stale or isinstance(looked.decision, ServeFresh):
             return None
         if not found.entry.stale_while_revalidate_ms:
@@ -235,7 +237,7 @@ class StaleServing:
         identity: CallIdentity,
         key: str,
         user_meta: dict[str, Any] | None,
-        looked: _Looked,
+        looked: Any,
     ) -> None:
         """The revalidation a stale-while-revalidate serve started: what the lookup decided (a conditional
         request with the entry's tag, or a full fetch), kept as any answer is kept. Bounded by the caller's
@@ -278,7 +280,7 @@ class StaleServing:
         except CanonicalizationError:
             return None
         looked = await self._look(identity, key, "use")
-        found = looked.found
+        found: Found | None = looked.found
         if found is None or not found.entry.stale_if_error_ms:
             return None
         choice = decide_stale("stale_if_error", found.entry, self.clock(), looked.ended_at)

@@ -235,6 +235,8 @@ async def test_outcomes_and_totals(clock: FakeClock, cache: ToolCache) -> None:
         "calls": 6,
         "fresh_hits": 1,
         "revalidations": 1,
+        "patched": 0,
+        "deltas_unused": 0,
         "misses": 3,
         "bypasses": 1,
         "stored": 1,

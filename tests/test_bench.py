@@ -124,6 +124,13 @@ def test_the_configurations_do_what_they_say(bench_out: Path) -> None:
         assert by["mcpcache-ttl", size]["statuses"].get("fresh_hit", 0) > 0
         assert by["mcpcache", size]["not_modified_reply_bytes"] < 1000
         assert by["mcpcache", size]["received_per_read"] < by["baseline", size]["received_per_read"]
+        # Deltas are the client's default: a read after an edit is patched, unless they are turned off.
+        assert by["mcpcache", size]["statuses"].get("patched", 0) == by["mcpcache", size]["reads_after_edit"] > 0
+        assert "patched" not in by["mcpcache-no-deltas", size]["statuses"]
+        assert by["mcpcache", size]["after_edit_wire_per_read"] < 2000
+        assert by["mcpcache-no-deltas", size]["after_edit_wire_per_read"] > by["mcpcache", size]["notebook_bytes"]
+        assert by["mcpcache", size]["wire_after_first_vs_baseline"] < 0.01
+        assert by["mcpcache", size]["after_edit_speedup"] is not None
 
 
 def test_report_and_compare_read_what_was_written(bench_out: Path) -> None:
@@ -132,6 +139,8 @@ def test_report_and_compare_read_what_was_written(bench_out: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "mcpcache-validator" in done.stdout
     assert "fewer bytes per revalidated read" in done.stdout
+    assert "the reads after an edit" in done.stdout
+    assert "every read but the first" in done.stdout
     assert (bench_out / "bench-quick-http.png").read_bytes()[:8] == PNG
     done = _bench("--compare", str(bench_out / "bench.json"), str(bench_out / "bench-quick.json"), timeout=120)
     assert done.returncode == 0, done.stderr

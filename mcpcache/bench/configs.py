@@ -2,6 +2,10 @@
 
 Each names how the demo server is started and which client reads from it. The scenario is the same for
 all: R reads of one whole notebook, with an `edit_cell` every E reads.
+
+The mcpcache client takes delta replies by default (`ToolCache(deltas=True)`), and the demo server sends
+them, so every mcpcache row reads an edited notebook back as the change; `mcpcache-no-deltas` is the
+`mcpcache` row with deltas turned off, what a read after an edit costs without them.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ class Config:
     demo: DemoMode
     client: ClientKind
     note: str
+    deltas: bool = True
+    """The mcpcache client's `ToolCache(deltas=...)` (other clients never ask for a delta)."""
 
 
 CONFIGS: tuple[Config, ...] = (
@@ -64,7 +70,15 @@ CONFIGS: tuple[Config, ...] = (
         "mcpcache revalidation",
         DemoMode(ttl_ms=REVALIDATE_EVERY_READ_TTL_MS),
         "mcpcache",
-        "tag = xxh3-128 of canonical orjson; the tool runs on every read",
+        "tag = xxh3-128 of canonical orjson; the tool runs on every read; an edit comes back as a delta",
+    ),
+    Config(
+        "mcpcache-no-deltas",
+        "mcpcache revalidation, deltas off",
+        DemoMode(ttl_ms=REVALIDATE_EVERY_READ_TTL_MS),
+        "mcpcache",
+        "the mcpcache row with ToolCache(deltas=False): a read after an edit is the whole answer again",
+        deltas=False,
     ),
     Config(
         "mcpcache-validator",

@@ -91,6 +91,19 @@ def _reads_by_round(run: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return {op.get("round", index): op for index, op in enumerate(reads)}
 
 
+def _edit_rounds(run: dict[str, Any]) -> set[int] | None:
+    """The rounds whose read came after an edit (the edits of a round go before its reads); None for a file
+    whose edits carry no round (format 1)."""
+    edits = [op for op in run["operations"] if op["op"] == "edit"]
+    if any("round" not in op for op in edits):
+        return None
+    return {op["round"] for op in edits}
+
+
+def _wire(op: dict[str, Any]) -> int:
+    return int(op["sent"] + op["received"])
+
+
 def summarize(config: str, transport: str, size: str, run: dict[str, Any]) -> dict[str, Any]:
     """The figures of one (transport, configuration, notebook) run. Every read counts, misses after edits
     included."""
@@ -100,6 +113,14 @@ def summarize(config: str, transport: str, size: str, run: dict[str, Any]) -> di
     for op in reads:
         statuses[op["status"]] = statuses.get(op["status"], 0) + 1
     revalidated = [op for op in reads if op["status"] == "revalidated"]
+    # The first read is a miss for every cache; the reads that follow are what a cache is for.
+    later = [op for index, op in enumerate(reads) if op.get("round", index) != 0]
+    edit_rounds = _edit_rounds(run)
+    after_edit = (
+        [op for index, op in enumerate(reads) if op.get("round", index) in edit_rounds]
+        if edit_rounds is not None
+        else []
+    )
     return {
         "transport": transport,
         "config": config,
@@ -121,13 +142,28 @@ def summarize(config: str, transport: str, size: str, run: dict[str, Any]) -> di
         "not_modified_reply_bytes": min(op["received"] for op in revalidated) if revalidated else None,
         "server_cpu_ms": None if run["server_cpu_s"] is None else run["server_cpu_s"] * 1000,
         "client_peak_mib": run["client_peak_rss_kib"] / 1024,
+        "wire_per_read_after_first": sum(_wire(op) for op in later) / len(later) if later else None,
+        "reads_after_edit": len(after_edit),
+        "after_edit_wire_per_read": statistics.median(_wire(op) for op in after_edit) if after_edit else None,
+        "after_edit_received_max": max((op["received"] for op in after_edit), default=None),
+        "after_edit_median_ms": statistics.median(op["seconds"] for op in after_edit) * 1000 if after_edit else None,
     }
 
 
-def _with_baseline(summary: dict[str, Any], base: dict[str, Any], ratios: list[float]) -> dict[str, Any]:
+def _with_baseline(
+    summary: dict[str, Any], base: dict[str, Any], ratios: list[float], after_edit: list[float]
+) -> dict[str, Any]:
+    """`ratios`: the baseline's read over this one, per round; `after_edit`: the same for the rounds whose
+    read came after an edit."""
     row = dict(summary)
     wire, base_wire = summary["wire_per_read"], base["wire_per_read"]
     row["wire_vs_baseline"] = wire / base_wire if base_wire else None
+    later, base_later = summary.get("wire_per_read_after_first"), base.get("wire_per_read_after_first")
+    row["wire_after_first_vs_baseline"] = later / base_later if later is not None and base_later else None
+    row["after_edit_rounds"] = len(after_edit)
+    row["after_edit_speedup"] = statistics.median(after_edit) if after_edit else None
+    row["after_edit_speedup_p10"] = percentile(after_edit, 0.10) if after_edit else None
+    row["after_edit_speedup_p90"] = percentile(after_edit, 0.90) if after_edit else None
     row["fewer_bytes"] = base_wire / wire if wire else None
     revalidated = summary["revalidated_wire_per_read"]
     row["fewer_bytes_revalidated"] = base_wire / revalidated if revalidated else None
@@ -157,6 +193,7 @@ def resummarize(document: dict[str, Any]) -> dict[str, Any]:
     order = [c["key"] for c in document["configs"]]
     summaries = [summarize(config, transport, size, run) for transport, config, size, run in runs]
     by_round = {(t, c, s): _reads_by_round(run) for t, c, s, run in runs}
+    edit_rounds = {(t, c, s): _edit_rounds(run) for t, c, s, run in runs}
     baseline = {(s["transport"], s["size"]): s for s in summaries if s["config"] == "baseline"}
     out = []
     for s in summaries:
@@ -165,8 +202,10 @@ def resummarize(document: dict[str, Any]) -> dict[str, Any]:
             out.append(s)
             continue
         mine, theirs = by_round[s["transport"], s["config"], s["size"]], by_round[s["transport"], "baseline", s["size"]]
-        ratios = [theirs[r]["seconds"] / mine[r]["seconds"] for r in mine if r in theirs and mine[r]["seconds"] > 0]
-        out.append(_with_baseline(s, base, ratios))
+        ratios = {r: theirs[r]["seconds"] / mine[r]["seconds"] for r in mine if r in theirs and mine[r]["seconds"] > 0}
+        edited = edit_rounds[s["transport"], s["config"], s["size"]] or set()
+        after_edit = [ratio for r, ratio in ratios.items() if r in edited]
+        out.append(_with_baseline(s, base, list(ratios.values()), after_edit))
     out.sort(key=lambda s: (transports.index(s["transport"]), sizes.index(s["size"]), order.index(s["config"])))
     return {**document, "summaries": out, "interleaved": document.get("format", 1) >= 2}
 
@@ -191,16 +230,79 @@ def headline(summaries: list[dict[str, Any]], transport: str, config: str = HEAD
     return f"{config}: {per_read}; {faster} ({size_label(s['size'])} over {transport}, {s['rounds']} rounds)"
 
 
+def edit_headline(summaries: list[dict[str, Any]], transport: str, config: str = HEADLINE_CONFIG) -> str | None:
+    """One line for a transport: what a read after an edit costs mcpcache, and its mean bytes per read after
+    the first, against the stock client's (on the largest notebook measured)."""
+    rows = [
+        s
+        for s in summaries
+        if s["transport"] == transport and s["config"] == config and s.get("after_edit_wire_per_read") is not None
+    ]
+    if not rows:
+        return None
+    s = max(rows, key=lambda r: r["notebook_bytes"])
+    parts = [f"{config}, a read after an edit: {human_bytes(s['after_edit_wire_per_read'])}"]
+    if s.get("after_edit_speedup") is not None:
+        parts[0] += f", {factor(s['after_edit_speedup'])} faster"
+    share = s.get("wire_after_first_vs_baseline")
+    if share is not None:
+        parts.append(f"every read but the first: {share:.3%} of the stock client's bytes")
+    return "; ".join(parts)
+
+
 def _statuses(statuses: dict[str, int]) -> str:
-    short = {"full": "full", "miss": "miss", "revalidated": "reval", "fresh_hit": "fresh", "bypass": "bypass"}
+    short = {
+        "full": "full",
+        "miss": "miss",
+        "revalidated": "reval",
+        "patched": "patch",
+        "fresh_hit": "fresh",
+        "bypass": "bypass",
+    }
     return " ".join(f"{n} {short.get(k, k)}" for k, n in sorted(statuses.items(), key=lambda kv: -kv[1]))
 
 
-def _faster(s: dict[str, Any]) -> str:
-    if s.get("speedup") is None:
+def _faster(s: dict[str, Any], prefix: str = "speedup") -> str:
+    if s.get(prefix) is None:
         return "-"
-    low, high = (f"{x:.0f}" if x >= 100 else f"{x:.1f}" for x in (s["speedup_p10"], s["speedup_p90"]))
-    return f"{factor(s['speedup'])} ({low}-{high})"
+    low, high = (f"{x:.0f}" if x >= 100 else f"{x:.1f}" for x in (s[f"{prefix}_p10"], s[f"{prefix}_p90"]))
+    return f"{factor(s[prefix])} ({low}-{high})"
+
+
+def _after_edit_table(rows: list[dict[str, Any]], title: str) -> Table | None:
+    """The reads that follow an edit, and the mean over every read but the first (the first is a miss for
+    every cache), per configuration; None when the run made no edit."""
+    if not any(s.get("reads_after_edit") for s in rows):
+        return None
+    table = Table(
+        title=title,
+        caption="faster: the baseline's read over this one in the same round, over the rounds after an edit",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1, 0, 0),
+        pad_edge=False,
+        show_edge=False,
+    )
+    for column in (
+        "configuration",
+        "bytes/read after\nthe first, mean",
+        "vs stock",
+        "read after an\nedit: bytes",
+        "time",
+        "faster\n(p10-p90)",
+    ):
+        table.add_column(column, justify="left" if column == "configuration" else "right", no_wrap=True)
+    for s in rows:
+        share = s.get("wire_after_first_vs_baseline")
+        after = s.get("after_edit_wire_per_read")
+        table.add_row(
+            s["config"],
+            "-" if s.get("wire_per_read_after_first") is None else human_bytes(s["wire_per_read_after_first"]),
+            "-" if share is None else f"{share:.3%}",
+            "-" if after is None else human_bytes(after),
+            "-" if s.get("after_edit_median_ms") is None else f"{s['after_edit_median_ms']:.1f} ms",
+            _faster(s, "after_edit_speedup"),
+        )
+    return table
 
 
 def render_table(document: dict[str, Any], console: Console) -> None:
@@ -248,10 +350,13 @@ def render_table(document: dict[str, Any], console: Console) -> None:
                 f"{s['client_peak_mib']:.0f}",
             )
         console.print(table)
+        edits = _after_edit_table(rows, f"{size_label(size)} notebook over {transport}: the reads after an edit")
+        if edits is not None:
+            console.print(edits)
     for transport in dict.fromkeys(t for t, _ in groups):
-        line = headline(summaries, transport)
-        if line:
-            console.print(f"[bold]{line}[/bold]")
+        for line in (headline(summaries, transport), edit_headline(summaries, transport)):
+            if line:
+                console.print(f"[bold]{line}[/bold]")
     legend = Table(show_header=False, box=None, padding=(0, 1))
     for key in dict.fromkeys(s["config"] for s in summaries):
         config = BY_KEY.get(key)
@@ -392,7 +497,8 @@ def plot_all(document: dict[str, Any], json_path: Path) -> list[Path]:
 
 def plot(summaries: list[dict[str, Any]], transport: str, path: Path) -> None:
     """Bytes per read (the mean: the full re-reads after edits count) and time per read (median, p10-p90 of
-    the per-round ratio turned into times). Lines against the notebook size, or bars for a single size."""
+    the per-round ratio turned into times); below, when the run made edits, the same for the reads that
+    follow an edit (medians). Lines against the notebook size, or bars for a single size."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -404,62 +510,126 @@ def plot(summaries: list[dict[str, Any]], transport: str, path: Path) -> None:
         key=lambda z: min(s["notebook_bytes"] for s in summaries if s["size"] == z),
     )
     labels = {c: BY_KEY[c].label if c in BY_KEY else c for c in configs}
-    fig, (wire_ax, time_ax) = plt.subplots(1, 2, figsize=(13, 5.6))
-    if len(sizes) == 1:
-        rows = [next(s for s in summaries if s["config"] == c) for c in configs]
-        y = list(range(len(rows)))[::-1]
-        # A linear axis: the mean is a share of the baseline's bytes, and a read served fresh costs 0 B.
-        wire_ax.barh(y, [s["wire_per_read"] / 1e6 for s in rows], color="tab:blue", alpha=0.8)
-        times = [s["median_ms"] for s in rows]
-        time_ax.barh(y, times, color="tab:orange", alpha=0.8)
+    edits = any(s.get("after_edit_wire_per_read") is not None for s in summaries)
+    fig, axes = plt.subplots(2 if edits else 1, 2, figsize=(13, 10.4 if edits else 5.6), squeeze=False)
+    panels = [
+        (
+            axes[0][0],
+            axes[0][1],
+            "wire_per_read",
+            "median_ms",
+            "speedup",
+            "Bytes per read (mean: re-reads after edits count)",
+            "Time per read",
+        ),
+    ]
+    if edits:
+        panels.append(
+            (axes[1][0], axes[1][1], "after_edit_wire_per_read", "after_edit_median_ms", "after_edit_speedup",
+             "Bytes of a read after an edit (median, log scale)", "Time of a read after an edit")
+        )  # fmt: skip
+    for index, (wire_ax, time_ax, wire_key, time_key, speed_key, wire_title, time_title) in enumerate(panels):
+        after = index == 1
+        if len(sizes) == 1:
+            _bars(wire_ax, time_ax, [next(s for s in summaries if s["config"] == c) for c in configs], labels,
+                  (wire_key, time_key, speed_key), size=sizes[0], after=after)  # fmt: skip
+        else:
+            _lines(wire_ax, time_ax, summaries, configs, labels, sizes, (wire_key, time_key), after=after)
+        wire_ax.set_title(wire_title)
+        time_ax.set_title(time_title)
         for ax in (wire_ax, time_ax):
-            ax.set_yticks(y, [labels[s["config"]] for s in rows], fontsize=8)
-        time_ax.set_yticklabels([])
-        for yi, s in zip(y, rows, strict=True):
-            wire_ax.text(s["wire_per_read"] / 1e6, yi, f" {human_bytes(s['wire_per_read'])}", va="center", fontsize=8)
-            note = "" if s.get("speedup") is None else f"  {factor(s['speedup'])}"
-            time_ax.text(s["median_ms"], yi, f" {s['median_ms']:.1f} ms{note}", va="center", fontsize=8)
-        wire_ax.set_xlabel(f"MB on the wire per read, both directions, mean ({size_label(sizes[0])} notebook)")
-        time_ax.set_xlabel("median ms per read, and the median per-round speed-up")
-        time_ax.set_xlim(0, max(times) * 1.35)
-        wire_ax.set_xlim(0, max(s["wire_per_read"] for s in rows) / 1e6 * 1.3)
-    else:
-        styles = [("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."), ("v", "-"), ("P", "--"), ("X", ":")]
-        for index, config in enumerate(configs):
-            marker, line = styles[index % len(styles)]
-            rows = sorted((s for s in summaries if s["config"] == config), key=lambda s: s["notebook_bytes"])
-            x = [s["notebook_bytes"] for s in rows]
-            wire = [max(s["wire_per_read"], 1) for s in rows]
-            wire_ax.plot(x, wire, marker=marker, linestyle=line, label=labels[config], alpha=0.85)
-            time_ax.plot(x, [s["median_ms"] for s in rows], marker=marker, linestyle=line, alpha=0.85)
-        ticks = [min(s["notebook_bytes"] for s in summaries if s["size"] == z) for z in sizes]
-        for ax in (wire_ax, time_ax):
-            ax.set_xscale("log")
-            ax.set_yscale("log")
-            ax.set_xticks(ticks, [size_label(z) for z in sizes])
-            ax.minorticks_off()
-            ax.set_xlabel("notebook size")
-        wire_ax.set_ylabel("mean bytes on the wire per read, both directions")
-        time_ax.set_ylabel("median wall time per read (ms)")
-        handles, legend_labels = wire_ax.get_legend_handles_labels()
+            ax.grid(True, which="both", alpha=0.3)
+    if len(sizes) > 1:
+        handles, legend_labels = axes[0][0].get_legend_handles_labels()
         fig.legend(handles, legend_labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
-    wire_ax.set_title("Bytes per read (mean: re-reads after edits count)")
-    time_ax.set_title("Time per read")
-    for ax in (wire_ax, time_ax):
-        ax.grid(True, which="both", alpha=0.3)
     reads = summaries[0]["reads"] if summaries else 0
-    edits = summaries[0]["edits"] if summaries else 0
+    edit_count = summaries[0]["edits"] if summaries else 0
     fig.suptitle(
         f"mcpcache bench over {TRANSPORT_NAMES.get(transport, transport)}: "
-        f"{reads} reads of one notebook, {edits} edit{'' if edits == 1 else 's'} between them",
+        f"{reads} reads of one notebook, {edit_count} edit{'' if edit_count == 1 else 's'} between them",
         fontsize=12,
     )
-    headline_text = headline(summaries, transport)
-    if headline_text:
-        fig.text(0.5, 0.905, headline_text, ha="center", fontsize=10, weight="bold", color="tab:green")
-    fig.tight_layout(rect=(0, 0.1 if len(sizes) > 1 else 0.02, 1, 0.89))
+    top = 0.89 if not edits else 0.915
+    for line, (text, color) in enumerate(
+        ((headline(summaries, transport), "tab:green"), (edit_headline(summaries, transport), "tab:purple"))
+    ):
+        if text:
+            fig.text(0.5, top + 0.015 - line * (0.022 if edits else 0.04), text, ha="center", fontsize=10,
+                     weight="bold", color=color)  # fmt: skip
+    fig.tight_layout(rect=(0, 0.06 if len(sizes) > 1 else 0.02, 1, top - (0.03 if edits else 0.04)))
     fig.savefig(path, dpi=130)
     plt.close(fig)
+
+
+def _bars(
+    wire_ax: Any,
+    time_ax: Any,
+    rows: list[dict[str, Any]],
+    labels: dict[str, str],
+    keys: tuple[str, str, str],
+    *,
+    size: str,
+    after: bool,
+) -> None:
+    wire_key, time_key, speed_key = keys
+    y = list(range(len(rows)))[::-1]
+    wires = [s.get(wire_key) or 0 for s in rows]
+    times = [s.get(time_key) or 0 for s in rows]
+    if after:
+        # A log axis: a delta reply is hundreds of bytes where a full answer is megabytes.
+        wire_ax.barh(y, [max(w, 1) for w in wires], color="tab:purple", alpha=0.8)
+        wire_ax.set_xscale("log")
+        wire_ax.set_xlim(100, max([*wires, 1000]) * 20)
+    else:
+        # A linear axis: the mean is a share of the baseline's bytes, and a read served fresh costs 0 B.
+        wire_ax.barh(y, [w / 1e6 for w in wires], color="tab:blue", alpha=0.8)
+        wire_ax.set_xlim(0, max([*wires, 1]) / 1e6 * 1.3)
+    time_ax.barh(y, times, color="tab:red" if after else "tab:orange", alpha=0.8)
+    for ax in (wire_ax, time_ax):
+        ax.set_yticks(y, [labels[s["config"]] for s in rows], fontsize=8)
+    time_ax.set_yticklabels([])
+    for yi, s, w, t in zip(y, rows, wires, times, strict=True):
+        wire_ax.text(max(w, 1) if after else w / 1e6, yi, f" {human_bytes(w)}", va="center", fontsize=8)
+        note = "" if s.get(speed_key) is None else f"  {factor(s[speed_key])}"
+        time_ax.text(t, yi, f" {t:.1f} ms{note}", va="center", fontsize=8)
+    what = "a read after an edit, median" if after else "mean"
+    wire_ax.set_xlabel(
+        f"{'bytes' if after else 'MB'} on the wire per read, both directions, {what} ({size_label(size)} notebook)"
+    )
+    time_ax.set_xlabel("median ms per read, and the median per-round speed-up")
+    time_ax.set_xlim(0, max([*times, 1]) * 1.35)
+
+
+def _lines(
+    wire_ax: Any,
+    time_ax: Any,
+    summaries: list[dict[str, Any]],
+    configs: list[str],
+    labels: dict[str, str],
+    sizes: list[str],
+    keys: tuple[str, str],
+    *,
+    after: bool,
+) -> None:
+    wire_key, time_key = keys
+    styles = [("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."), ("v", "-"), ("P", "--"), ("X", ":"), ("*", "-.")]
+    for index, config in enumerate(configs):
+        marker, line = styles[index % len(styles)]
+        rows = sorted((s for s in summaries if s["config"] == config), key=lambda s: s["notebook_bytes"])
+        x = [s["notebook_bytes"] for s in rows]
+        wire = [max(s.get(wire_key) or 0, 1) for s in rows]
+        wire_ax.plot(x, wire, marker=marker, linestyle=line, label=labels[config], alpha=0.85)
+        time_ax.plot(x, [max(s.get(time_key) or 0, 0.01) for s in rows], marker=marker, linestyle=line, alpha=0.85)
+    ticks = [min(s["notebook_bytes"] for s in summaries if s["size"] == z) for z in sizes]
+    for ax in (wire_ax, time_ax):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xticks(ticks, [size_label(z) for z in sizes])
+        ax.minorticks_off()
+        ax.set_xlabel("notebook size")
+    which = "a read after an edit, median" if after else "mean"
+    wire_ax.set_ylabel(f"bytes on the wire per read, both directions, {which}")
+    time_ax.set_ylabel("median wall time per read (ms)")
 
 
 def compare(old: dict[str, Any], new: dict[str, Any], console: Console) -> None:

@@ -210,7 +210,7 @@ async def serve(spec: RunSpec, conn: Connection) -> None:
                 from mcpcache.client import ToolCache
                 from mcpcache.stores import SQLiteStore
 
-                cache = ToolCache(SQLiteStore(work / f"{spec.config}.tools.db"), trusted=True)
+                cache = ToolCache(SQLiteStore(work / f"{spec.config}.tools.db"), trusted=True, deltas=config.deltas)
                 view = cache.wrap(client, server_id="mcpcache-bench")
             await _read(view, cache, WARM_UP_NOTEBOOK)
             session = Session(spec, view, cache, log, server_pid)

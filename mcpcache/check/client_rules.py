@@ -16,10 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mcpcache.check.core import BLOCK, CALL, PARTITIONS, UNMATCHED, Judged, Kind, Rule, Scenario
+from mcpcache.check.core import BLOCK, CALL, DELTA, PARTITIONS, UNMATCHED, Judged, Kind, Rule, Scenario
 from mcpcache.check.wire import claims_not_modified, short
-from mcpcache.etag import content_tag
-from mcpcache.protocol import META_KEY, parse_etag, weak_equal
+from mcpcache.delta import FORMAT, diff
+from mcpcache.etag import answer_digest, content_tag
+from mcpcache.protocol import DELTA_KEY, META_KEY, parse_etag, weak_equal
 
 TOOL = "read"
 KIND = "check.doc"
@@ -36,13 +37,23 @@ OUTPUT_SCHEMA: dict[str, Any] = {
 serves one is up to the client, not caught by its SDK."""
 
 TagChoice = Literal["own", "foreign", "none", "malformed"]
+ReplyKind = Literal["full", "not-modified", "error", "delta", "corrupt-delta", "forced-delta"]
+DELTA_KINDS: tuple[ReplyKind, ...] = ("delta", "corrupt-delta", "forced-delta")
+CORRUPTION = " (a corrupt delta made this text)"
+"""What the ops of a corrupt delta add to the new edition's text; its digest names the true edition."""
 
 
 @dataclass(frozen=True)
 class Reply:
-    """What the scripted server answers to one request."""
+    """What the scripted server answers to one request.
 
-    kind: Literal["full", "not-modified", "error"] = "full"
+    The delta kinds (docs/protocol.md section 11) are a delta reply from edition `base` to `edition`, in
+    format json-patch+splice/1: "delta" an honest one; "corrupt-delta" ops that make another text than the
+    one the digest names (a client that skips the digest check serves it); both only to a request that
+    accepts the format, every other request getting `edition`'s full answer as an honest server would send.
+    "forced-delta" is an honest delta sent whatever the request asked for (unasked)."""
+
+    kind: ReplyKind = "full"
     edition: int = 1
     """Which edition of the document a full answer (and a not-modified reply's own tag) is about."""
     ttl_ms: object = 0
@@ -51,6 +62,8 @@ class Reply:
     """The tag in the block: the edition's own, one the client never held, none, or a malformed one."""
     marked_error: bool = False
     """A not-modified reply that also says isError."""
+    base: int = 1
+    """The edition a delta reply's ops start from (its base is that edition's tag)."""
 
 
 @dataclass(frozen=True)
@@ -84,8 +97,34 @@ def own_tag(key: str, edition: int, partition: str, meta_key: str = META_KEY) ->
     return content_tag(content, structured, meta, meta_key=meta_key)
 
 
-def planned_result(key: str, partition: str, reply: Reply, meta_key: str = META_KEY) -> dict[str, Any]:
-    """The result JSON the scripted server sends for `reply` (without the envelope the SDK adds)."""
+def delta_document(key: str, edition: int, partition: str, *, corrupt: bool = False) -> dict[str, Any]:
+    """The document a delta's ops point into (`mcpcache.delta`) of an edition's full answer."""
+    content, structured, meta = full_parts(key, edition, partition)
+    if corrupt:
+        structured = {**structured, "text": structured["text"] + CORRUPTION}
+        content = [{"type": "text", "text": structured["text"]}]
+    return {"content": content, "structuredContent": structured, "_meta": meta}
+
+
+def delta_block(key: str, partition: str, reply: Reply, meta_key: str = META_KEY) -> dict[str, Any]:
+    """The `delta` field of a delta reply (base, format, ops, digest of the new edition's full answer)."""
+    target = delta_document(key, reply.edition, partition, corrupt=reply.kind == "corrupt-delta")
+    ops = diff(delta_document(key, reply.base, partition), target, max_bytes=1 << 20)
+    content, structured, meta = full_parts(key, reply.edition, partition)
+    return {
+        "base": own_tag(key, reply.base, partition, meta_key),
+        "format": FORMAT,
+        "ops": ops,
+        "digest": answer_digest(content, structured, meta, meta_key=meta_key),
+    }
+
+
+def planned_result(
+    key: str, partition: str, reply: Reply, meta_key: str = META_KEY, *, accepts_delta: bool = True
+) -> dict[str, Any]:
+    """The result JSON the scripted server sends for `reply` (without the envelope the SDK adds).
+    `accepts_delta`: whether the request listed json-patch+splice/1 under `acceptDelta` (a "delta" or
+    "corrupt-delta" reply is then sent as planned; otherwise the full answer goes)."""
     tags: dict[TagChoice, object] = {
         "own": own_tag(key, reply.edition, partition, meta_key),
         "foreign": FOREIGN_TAG,
@@ -98,6 +137,9 @@ def planned_result(key: str, partition: str, reply: Reply, meta_key: str = META_
     if reply.kind == "error":
         text = f"{key}: refused (an error that carries a cache block)"
         return {"content": [{"type": "text", "text": text}], "isError": True, "_meta": {meta_key: block}}
+    if reply.kind in DELTA_KINDS and (accepts_delta or reply.kind == "forced-delta"):
+        block[DELTA_KEY] = delta_block(key, partition, reply, meta_key)
+        return {"content": [], "structuredContent": {"kind": KIND}, "isError": False, "_meta": {meta_key: block}}
     if reply.kind == "not-modified":
         block["notModified"] = True
         return {
@@ -119,6 +161,8 @@ class StepRecord:
 
     sent_tags: list[object] = field(default_factory=list)
     """Per request of this step: the etag the request's block carried (None: no tag sent)."""
+    accepted: list[bool] = field(default_factory=list)
+    """Per request of this step: whether it listed json-patch+splice/1 under `acceptDelta`."""
     replies: list[Reply] = field(default_factory=list)
     reported: bool = False
     served: Mapping[str, Any] | None = None
@@ -160,6 +204,9 @@ def _served_problem(record: ScriptRecord, index: int, edition: int, partition: s
     if step.error is not None:
         return f"step {index + 1}: the call raised: {short(step.error, 80)}"
     served = step.served or {}
+    served_block = (served.get("_meta") or {}).get(record.meta_key)
+    if isinstance(served_block, Mapping) and DELTA_KEY in served_block:
+        return f"step {index + 1}: served the delta reply's stub as the answer"
     if claims_not_modified(served, record.meta_key) or served.get("content") == []:
         return f"step {index + 1}: served the not-modified stub as the answer"
     if served.get("isError") is True:
@@ -168,6 +215,8 @@ def _served_problem(record: ScriptRecord, index: int, edition: int, partition: s
     if served.get("structuredContent") != structured or served.get("content") != content:
         got = served.get("structuredContent")
         text = got.get("text") if isinstance(got, Mapping) else got
+        if isinstance(text, str) and text.endswith(CORRUPTION):
+            return f"step {index + 1}: served what a corrupt delta made (its digest was not checked)"
         return f"step {index + 1}: served {short(text, 70)}, not edition {edition} for partition {partition}"
     served_meta = served.get("_meta") if isinstance(served.get("_meta"), Mapping) else {}
     if served_meta.get(EDITION_KEY) != meta[EDITION_KEY]:  # type: ignore[union-attr]
@@ -250,6 +299,40 @@ def judge_unmatched(record: ScriptRecord) -> Judged:
     return Judged.ok(f"not served; asked again without a tag ({len(sent)} requests) and served the full answer")
 
 
+def judge_corrupt_delta(record: ScriptRecord) -> Judged:
+    """Step 2's first reply is a corrupt delta (when the request accepted deltas), its later ones edition 2."""
+    if (skip := _not_reported(record, 0, 1)) is not None:
+        return skip
+    step = record.step(1)
+    if not step.accepted or not step.accepted[0]:
+        return Judged.not_applicable("the client does not accept json-patch+splice/1 deltas: it got the full answer")
+    problem = _served_problem(record, 1, edition=2)
+    if problem is not None:
+        return Judged.broken(problem)
+    if len(step.sent_tags) < 2:
+        return Judged.broken("served edition 2 after one request, though the only reply was a corrupt delta?")
+    if step.sent_tags[-1] is not None or step.accepted[-1]:
+        return Judged.broken("the repeat still carried a tag or acceptDelta")
+    return Judged.ok("the corrupt delta was not served: asked again without a tag and served edition 2")
+
+
+def judge_delta_applied(record: ScriptRecord) -> Judged:
+    """Step 2's reply is an honest delta from edition 1 to 2 (when the request accepted deltas)."""
+    if (skip := _not_reported(record, 0, 1)) is not None:
+        return skip
+    step = record.step(1)
+    if not step.accepted or not step.accepted[0]:
+        return Judged.not_applicable("the client does not accept json-patch+splice/1 deltas: it got the full answer")
+    if not weak_equal(step.sent_tags[0], record.tag(1)):
+        return Judged.broken(f"accepted deltas but sent {_tag_words(step.sent_tags[0])}, not edition 1's tag")
+    problem = _served_problem(record, 1, edition=2)
+    if problem is not None:
+        return Judged.broken(problem)
+    if len(step.sent_tags) > 1:
+        return Judged.broken("asked again in full after an honest delta against the answer it held")
+    return Judged.ok("patched its copy of edition 1 into edition 2, after one request")
+
+
 def judge_error_not_stored(record: ScriptRecord) -> Judged:
     if (skip := _not_reported(record, 0, 1)) is not None:
         return skip
@@ -309,6 +392,7 @@ def judge_tolerant(record: ScriptRecord) -> Judged:
 
 FULL = Reply()
 NOT_MODIFIED = Reply(kind="not-modified")
+EDITION_2 = Reply(edition=2)
 
 REVALIDATE = Script(
     "revalidate",
@@ -416,6 +500,38 @@ CLIENT_SCENARIOS: tuple[ClientScenario, ...] = (
         judge_unmatched,
         expects="a not-modified reply to a call that sent no tag is not served: the client asks again and its caller "
         "gets edition 1",
+    ),
+    _scenario(
+        "delta-applied",
+        "A delta reply patches the stored answer",
+        DELTA,
+        "recommended",
+        Script("delta-applied", (Step((FULL,)), Step((Reply(kind="delta", edition=2), EDITION_2)))),
+        judge_delta_applied,
+        expects="a client that lists json-patch+splice/1 under `acceptDelta` with edition 1's tag applies step 2's "
+        "delta to its copy of edition 1 and its caller gets edition 2, after one request (n/a for a client that "
+        "takes no deltas: it is sent the full answer)",
+    ),
+    _scenario(
+        "delta-corrupt",
+        "A corrupt delta is never served",
+        DELTA,
+        "required",
+        Script("delta-corrupt", (Step((FULL,)), Step((Reply(kind="corrupt-delta", edition=2), EDITION_2)))),
+        judge_corrupt_delta,
+        expects="step 2's delta applies but makes another answer than the one its digest names: the client does not "
+        "serve it, asks again without a tag and without `acceptDelta`, and its caller gets edition 2 (n/a for a "
+        "client that takes no deltas)",
+    ),
+    _scenario(
+        "delta-unasked",
+        "A delta to an ordinary call is never served",
+        UNMATCHED,
+        "required",
+        _unmatched("delta-unasked", Reply(kind="forced-delta", edition=2), stored=False),
+        judge_unmatched,
+        expects="a delta reply to a call that sent no tag (and so named no base) is not served: the client asks "
+        "again and its caller gets edition 1",
     ),
     _scenario(
         "error",

@@ -21,6 +21,7 @@ from typing import Any
 from mcpcache.check.client_rules import CLIENT_SCENARIOS, TOOL, ClientScenario, planned_result
 from mcpcache.check.core import PROPOSAL, Kind, Rule, Scenario
 from mcpcache.check.server_rules import PROBES, SERVER_SCENARIOS, ToolObservations
+from mcpcache.delta import FORMAT
 from mcpcache.protocol import META_KEY
 
 SEVERITY: dict[Kind, str] = {"required": "FAILURE", "recommended": "WARNING", "info": "INFO"}
@@ -37,10 +38,6 @@ EXCLUDED: tuple[tuple[str, str], ...] = (
     (
         "In a store shared by several principals the key MUST be a collision-resistant digest",
         "Client storage; not observable on the wire",
-    ),
-    (
-        "A delta reply's digest MUST be verified by the client before the answer is served",
-        "Client side of delta replies; its checks come with the reference client",
     ),
     (
         "A server MUST NOT compute a delta against an answer it sent to another partition",
@@ -111,12 +108,18 @@ def client_scenario(item: ClientScenario) -> dict[str, Any]:
     steps = []
     for index, step in enumerate(item.script.steps, start=1):
         replies = [planned_result(key, step.partition, reply) for reply in step.replies]
+        notes = ["the last reply repeats for further requests in the step"] if len(replies) > 1 else []
+        if any(reply.kind in ("delta", "corrupt-delta") for reply in step.replies):
+            notes.append(
+                f"a delta reply goes only to a request that lists {FORMAT} under acceptDelta; any other request "
+                "gets the full answer of the same edition"
+            )
         steps.append(
             {
                 "step": index,
                 "clientCalls": {"tool": TOOL, "arguments": {"key": key}, "as": f"partition {step.partition}"},
                 "serverReplies": replies,
-                "note": "the last reply repeats for further requests in the step" if len(replies) > 1 else "",
+                "note": "; ".join(notes),
             }
         )
     return {

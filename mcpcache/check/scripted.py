@@ -37,7 +37,8 @@ from mcpcache.check.client_rules import (
     scripts,
 )
 from mcpcache.check.core import Report, Subject
-from mcpcache.protocol import META_KEY
+from mcpcache.delta import FORMAT
+from mcpcache.protocol import META_KEY, accepted_delta_formats
 
 SCRIPT_TOOL = "script"
 REPORT_TOOL = "report"
@@ -175,9 +176,11 @@ def _answer(check: ClientCheck, params: mt.CallToolRequestParams) -> mt.CallTool
             return _refuse(f"every step of {script.key!r} was already reported")
         step, record = script.steps[index], records[index]
         record.sent_tags.append(_sent_tag(params.meta, check.meta_key))
+        accepts = FORMAT in accepted_delta_formats(params.meta, check.meta_key)
+        record.accepted.append(accepts)
         reply = step.replies[min(len(record.replies), len(step.replies) - 1)]
         record.replies.append(reply)
-        wire = planned_result(script.key, step.partition, reply, check.meta_key)
+        wire = planned_result(script.key, step.partition, reply, check.meta_key, accepts_delta=accepts)
         return mt.CallToolResult.model_validate(wire)
     if params.name == REPORT_TOOL:
         step_number = arguments.get("step")

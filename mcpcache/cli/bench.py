@@ -14,7 +14,7 @@ from mcpcache.extras import require
 BENCH_HELP = (
     "Bytes, time and tokens per read of a large notebook, every configuration interleaved in rounds."
     "\n\n"
-    "With no options: the 5 MB notebook over streamable HTTP on 127.0.0.1, all seven configurations, 40 rounds "
+    "With no options: the 5 MB notebook over streamable HTTP on 127.0.0.1, all eight configurations, 40 rounds "
     "(about two minutes). Results go to DIR/bench.json and DIR/bench-http.png."
 )
 
@@ -49,7 +49,7 @@ def bench(
     ] = None,
     configs: Annotated[
         str | None,
-        typer.Option("--configs", metavar="LIST", help="Comma-separated configurations (default: all seven)."),
+        typer.Option("--configs", metavar="LIST", help="Comma-separated configurations (default: all eight)."),
     ] = None,
     compare: Annotated[
         tuple[Path, Path] | None,

@@ -45,9 +45,11 @@ from mcpcache.client.fence import (
 from mcpcache.client.flights import Flights
 from mcpcache.client.keys import Arm, CallIdentity, readable_server
 from mcpcache.client.outcomes import CacheStats, CallOutcome, Status
+from mcpcache.client.patching import Patched, Unpatched, patch_answer
 from mcpcache.client.policy import (
     CACHE_MODES,
     DEFAULT_MAX_ANSWER_BYTES,
+    ApplyDelta,
     CacheMode,
     EntryMeta,
     Fetch,
@@ -63,6 +65,7 @@ from mcpcache.client.policy import (
     decide_lookup,
     decide_reply,
     decide_size,
+    delta_formats,
     ends_freshness,
     freshness_ended_at,
     may_serve,
@@ -100,11 +103,19 @@ DEFAULT_KEEP_STALE_S = 7 * 24 * 3600.0
 """How long a stale but tagged entry is kept for cheap revalidation before the store may drop it."""
 
 
-def _unanswerable(name: str) -> CallToolResult:
-    text = (
-        f"The server answered 'not modified' to a call of {name!r} that carried no tag (a repeat asking for the "
-        "whole answer), so no answer is available; mcpcache never passes a not-modified reply off as a result."
-    )
+def _unanswerable(name: str, *, delta: bool = False) -> CallToolResult:
+    if delta:
+        text = (
+            f"The server answered a call of {name!r} that asked for the whole answer (no tag) with a delta reply "
+            "it could not be patched from, so no answer is available; mcpcache never passes a delta reply off as "
+            "a result."
+        )
+    else:
+        text = (
+            f"The server answered 'not modified' to a call of {name!r} that carried no tag (a repeat asking for "
+            "the whole answer), so no answer is available; mcpcache never passes a not-modified reply off as a "
+            "result."
+        )
     return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
 
@@ -152,6 +163,11 @@ class ToolCache(StaleServing):
     decoded_tier_bytes: how many bytes of stored answers (counted as stored) this process keeps decoded in
         front of the store (see `mcpcache.client.tier`); 0 keeps none; None (the default) is
         `max_answer_bytes`, so any answer the cache stores can be held. Every serve is a private copy.
+    deltas: accept delta replies (docs/client.md, "Delta replies"): a conditional request lists the delta
+        formats this cache applies, and a server that still holds the answer sent under the tag may reply
+        with the change only; the cache patches a private copy of its stored answer, verifies the digest of
+        the whole new answer, and serves and stores it (outcome `patched`). Any doubt is a repeat of the
+        call in full. False: requests accept no delta, as before deltas existed.
     serve_stale: serve an answer that is no longer fresh when the server allows it (docs/client.md, "Serving
         stale"): at once while it is revalidated in the background, or when the server cannot answer. False:
         never, whatever the server allows.
@@ -174,6 +190,7 @@ class ToolCache(StaleServing):
         store_deadline_per_mb_s: float = DEFAULT_STORE_SECONDS_PER_MB,
         max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
         decoded_tier_bytes: int | None = None,
+        deltas: bool = True,
         serve_stale: bool = True,
         background_revalidations: int = DEFAULT_BACKGROUND_REVALIDATIONS,
         clock: Clock = time.time,
@@ -198,6 +215,9 @@ class ToolCache(StaleServing):
         self.trusted = trusted
         self.meta_key = meta_key
         self.keep_stale_s = keep_stale_s
+        if not isinstance(deltas, bool):
+            raise TypeError("deltas must be True or False")
+        self.deltas = deltas
         self.clock = clock
         self.stats = CacheStats()
         self._tier = DecodedTier(max_answer_bytes if decoded_tier_bytes is None else decoded_tier_bytes)
@@ -604,13 +624,16 @@ class ToolCache(StaleServing):
         store = lookup.store if isinstance(lookup, Fetch) else True
         sent_etag = lookup.etag if isinstance(lookup, Revalidate) else None
         repeated = False
+        delta_unused: str | None = None
         while True:
             requested_at = self.clock()
+            # A repeat asks for the whole answer: no tag, so no delta either.
+            accepted = delta_formats(self.deltas) if sent_etag is not None else ()
             if sent_etag is not None:
                 # Nothing else in the request changes: the caller's `_meta` goes as it would have.
                 request_meta: dict[str, Any] | None = {
                     **(user_meta or {}),
-                    **conditional_request_meta(sent_etag, self.meta_key),
+                    **conditional_request_meta(sent_etag, self.meta_key, accept_delta=accepted),
                 }
             else:
                 request_meta = user_meta
@@ -630,6 +653,7 @@ class ToolCache(StaleServing):
                 received_at=self.clock(),
                 store=store,
                 keep_private=self.keep_private,
+                accepted=accepted,
             )
             match decision:
                 case ServeStored():
@@ -640,15 +664,27 @@ class ToolCache(StaleServing):
                     # The copy the server confirmed cannot be served: it goes, and the whole answer is asked for.
                     await self._remove(found.key)
                     found, why = None, "the stored answer could not be served"
+                case ApplyDelta():
+                    assert found is not None
+                    patched = await self._patch(conn, identity, key, found, decision, reply, reason)
+                    if not isinstance(patched, str):
+                        return patched
+                    why = delta_unused = patched
                 case RepeatWithoutTag():
                     why = decision.reason
+                    if decision.delta:
+                        delta_unused = why
                     if repeated:
                         logger.warning("tool %r: %s; giving up", name, why)
-                        return _unanswerable(name), CallOutcome(status, False, f"{reason}; {why}")
+                        gave_up = CallOutcome(status, False, f"{reason}; {why}", delta_unused=delta_unused)
+                        return _unanswerable(name, delta=decision.delta), gave_up
                 case StoreAnswer() | ReturnUnstored():
                     if not checked and not reply.is_error:
                         await conn.validate(name, reply)
-                    return await self._keep(conn, identity, key, found, decision, reply, status, reason)
+                    kept = await self._keep(conn, identity, key, found, decision, reply, status, reason)
+                    if delta_unused is not None:
+                        kept = kept[0], replace(kept[1], delta_unused=delta_unused)
+                    return kept
                 case _:
                     assert_never(decision)
             logger.info("tool %r: %s; asking again without a tag", name, why)
@@ -670,7 +706,11 @@ class ToolCache(StaleServing):
         reply: CallToolResult,
         status: Status,
         lookup_reason: str,
+        *,
+        patched_by: int | None = None,
     ) -> tuple[CallToolResult, CallOutcome]:
+        """Return `reply` and keep it as `decision` says. `patched_by`: `reply` was built from a delta reply
+        of that many bytes (what it saved is the answer's bytes less those)."""
         await self._after_server_answer(conn, identity.tool, reply)
         encoded = None
         if isinstance(decision, StoreAnswer):
@@ -684,7 +724,8 @@ class ToolCache(StaleServing):
             case ReturnUnstored():
                 if decision.drop_entry and found is not None:
                     await self._remove(found.key)
-                return reply, CallOutcome(status, False, f"{lookup_reason}; {decision.reason}")
+                saved = 0 if patched_by is None else max(len(encode_result(reply)) - patched_by, 0)
+                return reply, CallOutcome(status, False, f"{lookup_reason}; {decision.reason}", saved)
             case StoreAnswer():
                 assert encoded is not None
             case _:
@@ -710,12 +751,54 @@ class ToolCache(StaleServing):
             copy = copy_result(reply)
             held = hold(copy, body, meta.etag, checksum, server=identity.server, call=marks[1], answer=meta.size)
             self._tier.put(own, held)
+        saved = 0 if patched_by is None else max(meta.size - patched_by, 0)
         if not stored:
             why = "not stored: the store holds a newer answer, or could not take this one"
-            return reply, CallOutcome("miss", False, f"{lookup_reason}; {why}")
+            return reply, CallOutcome(status, False, f"{lookup_reason}; {why}", saved)
         # It passed the client's check on its way in, so its first serve here need not check it again.
         self._validated[(own, meta.etag or "", checksum)] = None
-        return reply, CallOutcome("miss", True, f"{lookup_reason}; {decision.reason}")
+        return reply, CallOutcome(status, True, f"{lookup_reason}; {decision.reason}", saved)
+
+    async def _patch(
+        self,
+        conn: Connection,
+        identity: CallIdentity,
+        key: str,
+        found: Found,
+        decision: ApplyDelta,
+        reply: CallToolResult,
+        lookup_reason: str,
+    ) -> tuple[CallToolResult, CallOutcome] | str:
+        """The new answer a delta reply makes of the stored one, served and kept as the same answer sent whole
+        would be (outcome `patched`); or why not, and the call is asked again in full.
+
+        The ops go onto a private copy of the stored answer whose tag was sent: the decoded tier's when it
+        holds that very version, else the store's, which must still hold it (another writer may have replaced
+        it, or the store evicted it, while the request was out: then the base is not held)."""
+        base = await self._answer_of(found)
+        if isinstance(base, _Unserved):
+            if base is _Unserved.UNREADABLE:
+                await self._remove(found.key)
+            return f"the delta's base is not held: {base.value}"
+        made = patch_answer(base, decision.delta, reply.meta, self.meta_key)
+        match made:
+            case Unpatched():
+                return made.reason
+            case Patched():
+                result = made.result
+            case _:
+                assert_never(made)
+        try:
+            await conn.validate(identity.tool, result)
+        except RuntimeError:
+            # The digest says the server's whole answer is this one, so it would fail the same check; asked
+            # again in full, the caller meets that check exactly as it would without the cache.
+            return "the patched answer fails the client's checks"
+        reason = f"{lookup_reason}; {decision.reason}; {made.reason}"
+        reply_bytes = len(encode_result(reply))
+        return await self._keep(
+            conn, identity, key, found, decision.then, result, "patched", reason, patched_by=reply_bytes
+        )
 
     async def _serve_stored(
         self,

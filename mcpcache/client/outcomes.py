@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, assert_never
 
-Status = Literal["fresh_hit", "revalidated", "miss", "bypass", "stale_while_revalidate", "stale_if_error"]
+Status = Literal["fresh_hit", "revalidated", "patched", "miss", "bypass", "stale_while_revalidate", "stale_if_error"]
 
 
 @dataclass(frozen=True)
@@ -13,11 +13,12 @@ class CallOutcome:
     """What the cache did for one call, in terms a caller can log or assert on."""
 
     status: Status
-    """fresh_hit: served with no request; revalidated: the server said not-modified; miss: a full answer
-    came over the wire; bypass: the cache was not consulted; stale_while_revalidate: the stored answer,
-    no longer fresh, served at once while a revalidation runs in the background; stale_if_error: the
-    stored answer, no longer fresh, served because the server could not answer (the reason says how it
-    failed)."""
+    """fresh_hit: served with no request; revalidated: the server said not-modified; patched: the server sent
+    the change (a delta reply) and the stored answer, patched and verified, was served and stored as the new
+    answer; miss: a full answer came over the wire; bypass: the cache was not consulted;
+    stale_while_revalidate: the stored answer, no longer fresh, served at once while a revalidation runs in
+    the background; stale_if_error: the stored answer, no longer fresh, served because the server could not
+    answer (the reason says how it failed)."""
     stored: bool
     reason: str
     bytes_saved: int = 0
@@ -26,6 +27,10 @@ class CallOutcome:
     fresh_for_ms: int | None = None
     """Fresh hits: how much longer the stored answer stays fresh (what a cache serving other clients, such as
     `mcpcache gateway`, hands on as their ttlMs instead of the whole ttl again). None otherwise."""
+    delta_unused: str | None = None
+    """Why a delta reply the server sent could not be used (the call was then asked again in full, without a
+    tag): its base no longer held, ops that do not apply, a digest that does not match, a malformed or
+    unasked delta. None when no delta reply was refused."""
 
 
 @dataclass
@@ -33,16 +38,21 @@ class CacheStats:
     calls: int = 0
     fresh_hits: int = 0
     revalidations: int = 0
+    patched: int = 0
+    """Calls answered by patching the stored answer with a delta reply (docs/client.md, "Delta replies")."""
+    deltas_unused: int = 0
+    """Delta replies that could not be used: each call was asked again in full (`CallOutcome.delta_unused`)."""
     misses: int = 0
     bypasses: int = 0
     stored: int = 0
+    """Answers that came from the server (whole, or patched from a delta reply) and were stored."""
     not_stored: int = 0
     coalesced: int = 0
     store_failures: int = 0
     """Store operations that raised or missed the store deadline (each one was a miss or a skipped write)."""
     bytes_saved: int = 0
     """Answer bytes that did not cross the wire: whole answers on fresh hits, answer minus the
-    not-modified reply on revalidations."""
+    not-modified reply on revalidations, answer minus the delta reply on patched calls."""
     stale_while_revalidate: int = 0
     """Calls served a stale answer at once while it was revalidated in the background."""
     stale_if_error: int = 0
@@ -56,6 +66,8 @@ class CacheStats:
     def record(self, outcome: CallOutcome) -> None:
         self.calls += 1
         self.bytes_saved += outcome.bytes_saved
+        if outcome.delta_unused is not None and not outcome.coalesced:
+            self.deltas_unused += 1
         if outcome.coalesced:
             self.coalesced += 1
             return
@@ -64,6 +76,8 @@ class CacheStats:
                 self.fresh_hits += 1
             case "revalidated":
                 self.revalidations += 1
+            case "patched":
+                self.patched += 1
             case "miss":
                 self.misses += 1
             case "bypass":
@@ -72,7 +86,9 @@ class CacheStats:
                 self.stale_while_revalidate += 1
             case "stale_if_error":
                 self.stale_if_error += 1
-        if outcome.status in ("miss", "bypass"):
+            case _:
+                assert_never(outcome.status)
+        if outcome.status in ("miss", "bypass", "patched"):
             if outcome.stored:
                 self.stored += 1
             else:

@@ -4,7 +4,8 @@ Each question is answered by a pure function that returns a typed decision with 
 read:
 - `decide_lookup`: given the stored entry (if any), what to do before sending anything;
 - `decide_join`: whether a call may share an identical request already in flight;
-- `decide_reply`: given what the server answered, what to return and what to keep;
+- `decide_reply`: given what the server answered, what to return and what to keep (a delta reply: whether
+  to patch the stored answer with it, `ApplyDelta`, or ask again in full);
 - `decide_stale`: whether a stale entry may be served (at once while it is revalidated in the background,
   or in place of a server that could not answer), and why;
 - `reply_block`, `store_arm`, `freshness_ended_at`, `ends_freshness`, `may_serve`: the smaller rules the
@@ -21,11 +22,14 @@ from typing import Any, Literal, TypeGuard, get_args
 from mcp.client.caching import CacheMode
 
 from mcpcache.client.keys import Arm
+from mcpcache.delta.spec import FORMAT, MAX_OPS
 from mcpcache.protocol import (
     NOT_MODIFIED_KEY,
     STALE_IF_ERROR_KEY,
     STALE_WHILE_REVALIDATE_KEY,
     CacheBlock,
+    DeltaBlock,
+    MalformedDelta,
     Scope,
     parse_cache_block,
     unconfirmed,
@@ -35,6 +39,8 @@ from mcpcache.protocol import (
 __all__ = [
     "CACHE_MODES",
     "DEFAULT_MAX_ANSWER_BYTES",
+    "DELTA_FORMATS",
+    "ApplyDelta",
     "CacheMode",
     "EntryMeta",
     "Fetch",
@@ -58,6 +64,7 @@ __all__ = [
     "decide_reply",
     "decide_size",
     "decide_stale",
+    "delta_formats",
     "ended_by_a_write",
     "ends_freshness",
     "freshness_ended_at",
@@ -260,12 +267,68 @@ class ServeStored:
 
 @dataclass(frozen=True)
 class RepeatWithoutTag:
-    """A not-modified reply that cannot be matched is never a result: ask again, unconditionally."""
+    """A not-modified reply that cannot be matched is never a result: ask again, unconditionally. So is a
+    delta reply that cannot be used (`delta`: the reply was one; the outcome counts it)."""
 
+    reason: str
+    delta: bool = False
+
+
+@dataclass(frozen=True)
+class ApplyDelta:
+    """A delta reply to the tag that was sent: build the new answer from a private copy of the stored one
+    (`mcpcache.client.patching`), and if it verifies, return and keep it as `then` says, exactly as a full
+    answer with the reply's block would be kept. If it does not, the call is asked again without a tag."""
+
+    delta: DeltaBlock
+    then: StoreAnswer | ReturnUnstored
     reason: str
 
 
-Reply = ReturnUnstored | StoreAnswer | ServeStored | RepeatWithoutTag
+Reply = ReturnUnstored | StoreAnswer | ServeStored | RepeatWithoutTag | ApplyDelta
+
+DELTA_FORMATS: tuple[str, ...] = (FORMAT,)
+"""The delta formats the client cache applies, in its order of preference (docs/protocol.md section 11)."""
+
+
+def delta_formats(deltas: bool) -> tuple[str, ...]:
+    """What a conditional request lists under `acceptDelta` (`ToolCache(deltas=...)`): nothing when off."""
+    return DELTA_FORMATS if deltas else ()
+
+
+def refused_delta(
+    block: CacheBlock, sent_etag: str | None, accepted: tuple[str, ...], entry: EntryMeta | None, *, is_error: bool
+) -> str | None:
+    """Why a reply carrying a `delta` field cannot be used (the call is then asked again without a tag),
+    or None when it is a delta against the stored answer the request named, in a format it accepted.
+
+    Only what the reply itself shows is judged here; whether the ops apply to the stored answer and give the
+    answer the digest names is found out by applying them (`mcpcache.client.patching`)."""
+    delta = block.delta
+    if isinstance(delta, MalformedDelta):
+        return f"malformed delta reply: {delta.reason}"
+    assert delta is not None
+    if is_error:
+        return "a delta reply marked as an error patches nothing"
+    if block.not_modified:
+        return "a reply that says both not-modified and delta is neither"
+    if sent_etag is None:
+        return "delta reply to a request that carried no tag"
+    if not accepted:
+        return "delta reply to a request that accepted none (deltas are off)"
+    if delta.format not in accepted:
+        return f"delta in format {delta.format[:64]!r}, which the request did not accept"
+    if not weak_equal(delta.base, sent_etag):
+        return "the delta's base is not the tag that was sent"
+    if block.etag is None:
+        return "the delta reply names no tag for the new answer"
+    if len(delta.ops) > MAX_OPS:
+        return f"the delta holds {len(delta.ops)} ops, more than the {MAX_OPS} a delta may hold"
+    if entry is None:
+        return "delta reply but the stored entry is gone"
+    if entry.etag is None or not weak_equal(entry.etag, sent_etag):
+        return "the stored entry changed while the request was in flight"
+    return None
 
 
 def decide_reply(
@@ -280,9 +343,27 @@ def decide_reply(
     received_at: float,
     store: bool,
     keep_private: bool = True,
+    accepted: tuple[str, ...] = (),
 ) -> Reply:
     """`block` is the reply's parsed cache block (None when it has none); `size` its answer's bytes;
-    `keep_private`: whether this cache may keep private answers (see `ToolCache(keep_private=...)`)."""
+    `keep_private`: whether this cache may keep private answers (see `ToolCache(keep_private=...)`);
+    `accepted`: the delta formats the request listed (empty: it accepted none)."""
+    if block is not None and block.delta is not None:
+        why = refused_delta(block, sent_etag, accepted, entry, is_error=is_error)
+        if why is not None:
+            return RepeatWithoutTag(why, delta=True)
+        assert isinstance(block.delta, DeltaBlock)
+        # The new answer is kept as the same answer sent whole would be: the reply's block, minus the delta.
+        then: StoreAnswer | ReturnUnstored
+        if not store:  # never so: a bypass sends no tag, so no delta is accepted
+            then = ReturnUnstored(drop_entry=False, reason="not stored: bypass")
+        elif block.cache_scope == "private" and not keep_private:
+            then = _private_unkept(entry)
+        else:
+            answer = block.model_copy(update={"delta": None})
+            then = _full_answer(tool, entry, answer, size, requested_at, received_at)
+        delta = block.delta
+        return ApplyDelta(delta, then, f"delta reply ({delta.format}, {len(delta.ops)} op(s)) to the tag that was sent")
     if block is not None and block.not_modified:
         why = unconfirmed(block, sent_etag, is_error=is_error)
         if why is not None:
@@ -310,9 +391,19 @@ def decide_reply(
     if not store:
         return ReturnUnstored(drop_entry=False, reason="not stored: bypass")
     if block.cache_scope == "private" and not keep_private:
-        # What is stored here (public answers) is superseded by this answer, which must not be kept.
-        why = "not stored: private answers are not kept in this partition (it answers principals it cannot tell apart)"
-        return ReturnUnstored(drop_entry=entry is not None, reason=why)
+        return _private_unkept(entry)
+    return _full_answer(tool, entry, block, size, requested_at, received_at)
+
+
+def _private_unkept(entry: EntryMeta | None) -> ReturnUnstored:
+    # What is stored here (public answers) is superseded by this answer, which must not be kept.
+    why = "not stored: private answers are not kept in this partition (it answers principals it cannot tell apart)"
+    return ReturnUnstored(drop_entry=entry is not None, reason=why)
+
+
+def _full_answer(
+    tool: str, entry: EntryMeta | None, block: CacheBlock, size: int, requested_at: float, received_at: float
+) -> StoreAnswer:
     meta = EntryMeta(
         tool=tool,
         scope=block.cache_scope,

@@ -28,6 +28,7 @@ from mcpcache.check.drive import as_json, drive, raw_caller
 from mcpcache.check.scripted import ClientCheck, build_scripted_server
 from mcpcache.check.wire import RawResult
 from mcpcache.client import ToolCache
+from mcpcache.delta import FORMAT, apply
 from mcpcache.processes import accepts, free_port, stop_process
 from mcpcache.protocol import META_KEY
 from mcpcache.stores import MemoryStore
@@ -74,6 +75,54 @@ class NaiveCache:
         return result
 
 
+class TrustingDeltaCache(NaiveCache):
+    """A client cache that takes deltas and applies them without checking their digest (otherwise the naive
+    cache above): it serves whatever a corrupt delta makes."""
+
+    async def call(self, partition: str, tool: str, arguments: dict[str, Any]) -> Mapping[str, Any]:
+        key = json.dumps([tool, arguments], sort_keys=True)
+        held = self.entries.get(key)
+        meta = None
+        if held is not None:
+            meta = {META_KEY: {"etag": held[1]["_meta"][META_KEY].get("etag"), "acceptDelta": [FORMAT]}}
+        params = mcp.types.CallToolRequestParams(name=tool, arguments=arguments, _meta=meta)
+        result = (await self.client.session.send_request(mcp.types.CallToolRequest(params=params), RawResult)).root
+        block = result.get("_meta", {}).get(META_KEY, {})
+        if held is not None and isinstance(block.get("delta"), dict):
+            base = {k: v for k, v in held[1].items() if k in ("content", "structuredContent")}
+            base["_meta"] = {k: v for k, v in held[1]["_meta"].items() if k != META_KEY}
+            patched = apply(base, block["delta"]["ops"])
+            fresh = {k: v for k, v in block.items() if k != "delta"}
+            result = {**patched, "_meta": {**patched["_meta"], META_KEY: fresh}}
+        self.entries[key] = (time.monotonic(), result)
+        return result
+
+
+async def test_a_client_that_skips_the_digest_serves_a_corrupt_delta_and_fails() -> None:
+    check = ClientCheck()
+    async with mcp.Client(InMemoryTransport(build_scripted_server(check))) as client:
+        await drive(raw_caller(client.session), TrustingDeltaCache(client).call)
+    report = check.report()
+    got = statuses(report)
+    assert got["delta-applied"] == "pass"
+    assert got["delta-corrupt"] == "fail"
+    details = {v.scenario: v.detail for v in report.subjects[0].verdicts}
+    assert details["delta-corrupt"] == "step 2: served what a corrupt delta made (its digest was not checked)"
+
+
+async def test_a_tool_cache_without_deltas_is_not_judged_on_them() -> None:
+    check = ClientCheck()
+    async with mcp.Client(InMemoryTransport(build_scripted_server(check))) as client:
+        view = ToolCache(MemoryStore(), deltas=False).wrap(client, server_id="scripted")
+
+        async def through(partition: str, tool: str, arguments: dict[str, Any]) -> Mapping[str, Any]:
+            return as_json(await view.call_tool(tool, arguments))
+
+        await drive(raw_caller(client.session), through, {"a"})
+    got = statuses(check.report())
+    assert (got["delta-applied"], got["delta-corrupt"], got["delta-unasked"]) == ("n/a", "n/a", "pass")
+
+
 def statuses(report: Report) -> dict[str, str]:
     (subject,) = report.subjects
     return {v.scenario: v.status for v in subject.verdicts}
@@ -110,8 +159,10 @@ async def test_a_broken_client_fails_what_it_breaks() -> None:
         "partitions",
         "unknown-scope",
         "malformed-block",
+        "delta-unasked",
     }, report.to_json()
     assert got["sends-tag"] == got["fresh"] == "pass"
+    assert got["delta-applied"] == got["delta-corrupt"] == "n/a"  # it never asks for a delta
     details = {v.scenario: v.detail for v in report.subjects[0].verdicts}
     assert details["unmatched-tag"] == "step 2: served the not-modified stub as the answer"
     assert "partition b was served partition a's answer" in details["partitions"]

@@ -216,11 +216,12 @@ def report(name: str, run: Run, seconds: float, wrong: list[str]) -> None:
 
 
 @contextlib.asynccontextmanager
-async def three_caches(backend: Backend) -> AsyncIterator[Run]:
+async def three_caches(backend: Backend, pad: str = "") -> AsyncIterator[Run]:
     """The three caches on one store (one object in memory; one store object per cache on a file or a
-    Redis namespace, as separate processes would have), connected to a fresh server."""
+    Redis namespace, as separate processes would have), connected to a fresh server (`pad`: see
+    `Versions.pad`; a long one has new versions sent as deltas)."""
     clock = backend.clock if backend.clock is not None else FakeClock(time.time())
-    state = Versions(clock)
+    state = Versions(clock, pad=pad)
     target = ServerTarget.memory(build_versioned(state, TTL_MS))
     async with contextlib.AsyncExitStack() as stack:
         shared: Store | None = None
@@ -341,6 +342,42 @@ async def test_a_not_modified_reply_freshens_only_the_copy_whose_tag_it_sent(bac
         assert wrong == []
 
 
+async def test_a_slow_patch_never_replaces_a_newer_answer(backend: Backend) -> None:
+    """Two caches of alice hold v0, stale. alice-1's conditional request is held at the server after its body
+    read v1; meanwhile the document moves to v2 and alice-2 gets v2 as a delta against v0 and stores it.
+    alice-1's delta (v0 to v1) lands last and is patched onto its own copy of v0: it serves v1 (current
+    during its call), and does not replace v2, whose request was sent later. Every read after serves v2."""
+    async with three_caches(backend, DELTA_PAD) as run:
+        assert version_of(await run.read("alice-1", "d1")) == 0
+        assert (await run.read("alice-2", "d1")).status == "fresh_hit"
+        run.state.change("d1")
+        run.clock.advance(TTL_S + 0.5)
+        outcomes: dict[str, Read] = {}
+
+        async def slow() -> None:
+            outcomes["slow"] = await run.read("alice-1", "d1", hold="slow")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(slow)
+            await run.state.wait_reached("slow")  # its body read v1 and waits
+            run.state.change("d1")  # v2
+            run.clock.advance(0.5)
+            outcomes["newer"] = await run.read("alice-2", "d1")
+            run.state.release("slow")
+
+        slow_read, newer = outcomes["slow"], outcomes["newer"]
+        assert (version_of(newer), newer.status) == (2, "patched")
+        assert (version_of(slow_read), slow_read.status) == (1, "patched")
+        conn, _ = run.conns["alice-1"]
+        assert conn.view.cache.stats.stored == 1  # its first read; not the slow patch
+        for cache in ("alice-1", "alice-2", "alice-1"):
+            after = await run.read(cache, "d1")
+            assert (version_of(after), after.status) == (2, "fresh_hit"), cache
+        wrong = judge(run)
+        report(f"{backend.name} / a slow patch", run, 0.0, wrong)
+        assert wrong == []
+
+
 @pytest.mark.parametrize("editor", ["alice-1", "alice-2"])
 async def test_a_read_after_an_edit_never_shares_a_request_sent_before_it(backend: Backend, editor: str) -> None:
     """alice-1 has a read in flight that saw v0; an edit by alice (this cache or the other one) returns;
@@ -413,14 +450,22 @@ async def interleave(run: Run, rng: random.Random, ops: int) -> None:
             await anyio.sleep(0.001)
 
 
+DELTA_PAD = "notes " * 700
+"""Large enough that every new version of a read is sent as a delta reply and patched."""
+
+
 @pytest.mark.slow
-async def test_random_interleavings_agree_with_the_model(backend: Backend) -> None:
+@pytest.mark.parametrize("answers", ["small", "sent as deltas"])
+async def test_random_interleavings_agree_with_the_model(backend: Backend, answers: str) -> None:
+    """With "sent as deltas", reads that find a stale copy get most new versions as delta replies: caches
+    patch their copies while the others read, write, revalidate and patch the same entries."""
     started = time.monotonic()
     total: list[str] = []
     reads = edits = behind = 0
     statuses: Counter[str] = Counter()
+    pad = DELTA_PAD if answers == "sent as deltas" else ""
     for seed in range(ROUNDS):
-        async with three_caches(backend) as run:
+        async with three_caches(backend, pad) as run:
             await interleave(run, random.Random(seed), OPS)
             wrong = judge(run)
             if wrong:
@@ -438,3 +483,5 @@ async def test_random_interleavings_agree_with_the_model(backend: Backend) -> No
         f"wrong_reads={len(total)} seconds={time.monotonic() - started:.1f}"
     )
     assert total == []
+    if pad:
+        assert statuses["patched"] > 0, statuses

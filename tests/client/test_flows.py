@@ -235,6 +235,8 @@ async def test_outcomes_and_totals(clock: FakeClock, cache: ToolCache) -> None:
         "calls": 6,
         "fresh_hits": 1,
         "revalidations": 1,
+        "patched": 0,
+        "deltas_unused": 0,
         "misses": 3,
         "bypasses": 1,
         "stored": 1,
@@ -242,6 +244,10 @@ async def test_outcomes_and_totals(clock: FakeClock, cache: ToolCache) -> None:
         "coalesced": 0,
         "store_failures": 0,
         "bytes_saved": hit.outcome.bytes_saved + revalidated.outcome.bytes_saved,
+        "stale_while_revalidate": 0,
+        "stale_if_error": 0,
+        "background_revalidations": 0,
+        "background_failures": 0,
     }
 
 

@@ -7,6 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mcpcache.policy import (
+    DELTA_FORMATS,
+    ApplyDelta,
     EntryMeta,
     Fetch,
     RepeatWithoutTag,
@@ -17,6 +19,7 @@ from mcpcache.policy import (
     StoreAnswer,
     decide_lookup,
     decide_reply,
+    delta_formats,
     ends_freshness,
     may_serve,
 )
@@ -39,6 +42,8 @@ def reply(
     is_error: bool = False,
     sent: str | None = TAG,
     stored: EntryMeta | None = _DEFAULT,
+    accepted: tuple[str, ...] = (),
+    keep_private: bool = True,
 ) -> object:
     return decide_reply(
         tool="read",
@@ -50,6 +55,8 @@ def reply(
         requested_at=200.0,
         received_at=201.0,
         store=True,
+        accepted=accepted,
+        keep_private=keep_private,
     )
 
 
@@ -167,3 +174,64 @@ def test_entry_meta_round_trip_and_corrupt_records() -> None:
     assert EntryMeta.from_json(meta.to_json()) == meta
     for corrupt in (None, [], {"tool": 1}, {**meta.to_json(), "ttlMs": -1}, {**meta.to_json(), "size": "x"}):
         assert EntryMeta.from_json(corrupt) is None
+
+
+NEW = 'W/"11111111111111111111111111111111"'
+DIGEST = "sha256:" + "0" * 64
+
+
+def delta_block(**changes: object) -> dict[str, object]:
+    delta = {"base": TAG, "format": DELTA_FORMATS[0], "ops": [], "digest": DIGEST}
+    block: dict[str, object] = {"ttlMs": 7000, "cacheScope": "private", "etag": NEW, "delta": delta}
+    for name, value in changes.items():
+        if name in delta:
+            delta[name] = value
+        elif value is ...:
+            block.pop(name)
+        else:
+            block[name] = value
+    return block
+
+
+class TestDeltaReply:
+    def test_a_delta_to_the_tag_sent_is_applied_and_kept_as_the_new_answer(self) -> None:
+        decision = reply(delta_block(), accepted=DELTA_FORMATS)
+        assert isinstance(decision, ApplyDelta)
+        assert decision.delta.ops == []
+        assert isinstance(decision.then, StoreAnswer)
+        assert (decision.then.meta.etag, decision.then.meta.ttl_ms) == (NEW, 7000)
+        assert (decision.then.meta.requested_at, decision.then.meta.received_at) == (200.0, 201.0)
+
+    def test_a_private_delta_in_a_partition_that_keeps_none_is_applied_not_kept(self) -> None:
+        decision = reply(delta_block(), accepted=DELTA_FORMATS, keep_private=False)
+        assert isinstance(decision, ApplyDelta)
+        assert isinstance(decision.then, ReturnUnstored)
+
+    @pytest.mark.parametrize(
+        ("block", "kwargs", "why"),
+        [
+            (delta_block(), {}, "accepted none"),
+            (delta_block(), {"sent": None}, "carried no tag"),
+            (delta_block(format="other/1"), {}, "did not accept"),
+            (delta_block(base=OTHER), {}, "base"),
+            (delta_block(etag=...), {}, "no tag for the new answer"),
+            (delta_block(notModified=True), {}, "not-modified"),
+            (delta_block(), {"is_error": True}, "error"),
+            (delta_block(), {"stored": None}, "gone"),
+            (delta_block(ops=[{}] * 100_001), {}, "more than"),
+            ({"etag": NEW, "delta": {"base": TAG}}, {}, "malformed"),
+        ],
+        ids=["unasked", "no-tag", "format", "base", "no-new-tag", "not-modified", "error", "no-entry", "ops", "fields"],
+    )  # fmt: skip
+    def test_a_delta_that_cannot_be_used_is_asked_again(
+        self, block: dict[str, object], kwargs: dict[str, object], why: str
+    ) -> None:
+        accepted = () if "sent" not in kwargs and why == "accepted none" else DELTA_FORMATS
+        decision = reply(block, accepted=accepted, **kwargs)  # type: ignore[arg-type]
+        assert isinstance(decision, RepeatWithoutTag)
+        assert decision.delta
+        assert why in decision.reason
+
+    def test_what_a_request_accepts(self) -> None:
+        assert delta_formats(True) == DELTA_FORMATS == ("json-patch+splice/1",)
+        assert delta_formats(False) == ()

@@ -68,6 +68,9 @@ class Versions:
     reached: dict[str, anyio.Event] = field(default_factory=dict)
     """rid -> set once a read body of that call has read the version."""
     seq: int = 0
+    pad: str = ""
+    """Put in every answer's structured content (as `notes`) when not empty: a long one makes answers large
+    enough that a new version is sent as a delta reply (the change is a few bytes)."""
 
     def tick(self) -> int:
         self.seq += 1
@@ -120,7 +123,12 @@ class Versions:
             await anyio.sleep(delay_ms / 1000)
         return ToolResult(
             content=[mt.TextContent(type="text", text=text_of(doc, version, who))],
-            structured_content={"doc": doc, "who": who, "version": version},
+            structured_content={
+                "doc": doc,
+                "who": who,
+                "version": version,
+                **({"notes": self.pad} if self.pad else {}),
+            },
             meta={"version": version, "who": who},
         )
 

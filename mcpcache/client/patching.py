@@ -1,0 +1,98 @@
+"""Patching a stored answer with a delta reply (docs/protocol.md section 11), with no I/O.
+
+`patch_answer` takes a private copy of the answer the cache stored under the delta's base, replays the ops
+on its document (`mcpcache.delta.apply`, which never changes what it is given and is bounded against ops
+that would cost out of proportion), turns the result back into an answer, and checks that the answer's
+digest is the one the server named. It returns a typed value: `Patched` with the new answer, or
+`Unpatched` with the reason a person reads. It never raises for anything a server can send: the driver
+(`mcpcache.client.cache`) asks again in full on `Unpatched`, so a delta can cost a second request, never a
+wrong answer.
+
+The new answer is built to be what the server would have sent whole, so that the cache keeps it exactly as
+it keeps a full answer (other processes and caches reading the store see an ordinary entry):
+- its content, structured content and `_meta` (without the cache block) are the patched document's, which
+  the digest covers;
+- its cache block is the reply's, without the `delta` field (the new tag, ttl and scope: what the full
+  answer would have carried);
+- the SDK's `serverInfo` entry in `_meta`, which describes the server rather than the answer and which
+  the digest leaves out, is the reply's when the reply carries one (as a full answer would), else the
+  stored copy's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mcp_types import CallToolResult
+
+from mcpcache import delta
+from mcpcache.delta.spec import DeltaError
+from mcpcache.etag import CanonicalizationError, answer_digest
+from mcpcache.protocol import DELTA_KEY, SERVER_INFO_KEY, DeltaBlock
+
+__all__ = ["PatchResult", "Patched", "Unpatched", "patch_answer"]
+
+
+@dataclass(frozen=True)
+class Patched:
+    """The new answer, verified: serve it and keep it as a full answer with its block would be kept."""
+
+    result: CallToolResult
+    reason: str
+
+
+@dataclass(frozen=True)
+class Unpatched:
+    """The delta cannot be used; the call is asked again without a tag."""
+
+    reason: str
+
+
+PatchResult = Patched | Unpatched
+
+_SHOWN = 300
+"""A reason quotes at most this much of an error message (it may quote a peer's pointers and values)."""
+
+
+def patch_answer(base: CallToolResult, reply_delta: DeltaBlock, reply_meta: object, meta_key: str) -> PatchResult:
+    """The answer `reply_delta` turns `base` into (`base`: a private copy of the stored answer whose tag is
+    the delta's base; it is not changed, and the result may share its unchanged values), with the reply's
+    block; or why not. `reply_meta`: the delta reply's `_meta`, as received."""
+    try:
+        document = delta.document_of(base, meta_key)
+        patched = delta.apply(document, reply_delta.ops)
+        answer = delta.result_of(patched)
+    except DeltaError as exc:
+        return Unpatched(f"the delta's ops do not apply to the stored answer: {_cut(str(exc))}")
+    except (ValueError, TypeError) as exc:  # the stored copy has no document (a value that is not JSON)
+        return Unpatched(f"the stored answer cannot be patched: {_cut(str(exc))}")
+    try:
+        digest = answer_digest(answer.content, answer.structured_content, answer.meta, meta_key=meta_key)
+    except CanonicalizationError as exc:
+        return Unpatched(f"the patched answer has no digest form: {_cut(str(exc))}")
+    if digest != reply_delta.digest:
+        return Unpatched("the patched answer's digest is not the one the server named")
+    assert isinstance(reply_meta, Mapping)  # a reply with a parsed delta has a block, so a `_meta` object
+    result = answer.model_copy(update={"meta": _new_meta(answer.meta, reply_meta, meta_key)})
+    return Patched(result, f"patched: {len(reply_delta.ops)} op(s) applied, digest verified")
+
+
+def _new_meta(patched: Mapping[str, Any] | None, reply_meta: Mapping[str, Any], meta_key: str) -> dict[str, Any]:
+    """The new answer's `_meta`: the patched document's, then what the reply carries beside it (the block,
+    and serverInfo), in the order the reply has them: a server stamps its answers' `_meta` the same way
+    whole or as a delta, so the answer is stored in the very bytes the whole answer would have been."""
+    from_reply = {meta_key, SERVER_INFO_KEY} & reply_meta.keys()
+    meta = {key: value for key, value in (patched or {}).items() if key not in from_reply}
+    for key in reply_meta:
+        if key == meta_key:
+            # The reply's block as it came, without its `delta` field: the new answer's tag, ttl and scope.
+            meta[key] = {name: value for name, value in reply_meta[key].items() if name != DELTA_KEY}
+        elif key == SERVER_INFO_KEY:
+            meta[key] = reply_meta[key]
+    return meta
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."

@@ -226,8 +226,10 @@ class StaleServing:
         stored = await self._answer_of(found)
         if not isinstance(stored, CallToolResult):
             return None  # the ordinary path meets the same trouble and deals with it
-        # Started after the answer is in hand (nothing awaited between the check and the start): one per key.
-        if self._background.start(key, lambda: self._revalidate_behind(conn, identity, key, user_meta, looked)):
+        # Started once the answer is in hand, nothing awaited between the check and the start: one per key.
+        if not self._background.running(key):
+            if not self._background.start(key, lambda: self._revalidate_behind(conn, identity, key, user_meta, looked)):
+                return None  # the bound was reached meanwhile (or the loop is not asyncio's): the foreground's turn
             self.stats.background_revalidations += 1
         return stored, CallOutcome("stale_while_revalidate", False, choice.reason)
 

@@ -5,7 +5,8 @@ memory streams, with the injected clock moving the entries past their freshness.
 - stale-while-revalidate: served at once, revalidated in the background, one request per entry however
   many callers read it at once, at most `background_revalidations` at once, cancelled by `close()`; its
   failure never reaches anybody;
-- stale-if-error: served when the server answers a JSON-RPC error or times out; a tool's own `isError`
+- stale-if-error: served when the server answers a JSON-RPC error (a middleware of the FastMCP server, a tool
+  of the MCP SDK's `MCPServer`) or times out; a tool's own `isError`
   answer is returned as it came;
 - never after a write ended freshness (a mutating call, `invalidate`), whatever the windows say.
 """
@@ -19,12 +20,15 @@ from typing import Any
 import anyio
 import pytest
 from fixture_servers.stale import SIE_MS, SWR_MS, TTL_MS, StaleLab, build_stale_server
+from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 from stores.backends import Backend, clock_of
 from support.transports import MODERN, ServerTarget
 
 from mcpcache.client import ToolCache
 from mcpcache.protocol import META_KEY
+from mcpcache.server import CachePolicy, ToolPolicies
+from mcpcache.server.sdk import RevalidationExtension
 from mcpcache.stores import MemoryStore, Store
 
 from .harness import VIEW_KINDS, Conn, FakeClock, ViewKind, connect
@@ -393,3 +397,35 @@ async def test_serving_stale_on_every_store(backend: Backend, opened: Store) -> 
         after = await conn.call("read", K)
     assert after.outcome.status in ("revalidated", "miss")
     assert text(after) == "k: edited"
+
+
+# A tool of the MCP SDK's own server that raises a JSON-RPC error ---------------------------------
+
+
+@pytest.mark.parametrize("view_kind", VIEW_KINDS)
+async def test_an_sdk_tool_raising_a_json_rpc_error_is_answered_with_the_stored_answer(
+    view_kind: ViewKind, clock: FakeClock, cache: ToolCache
+) -> None:
+    # FastMCP turns an exception a tool raises (an `MCPError` too) into an `isError` answer; the MCP SDK's
+    # `MCPServer` sends a tool's `MCPError` as the call's JSON-RPC error.
+    down = {"now": False}
+
+    def read(key: str) -> dict[str, Any]:
+        if down["now"]:
+            raise MCPError(code=-32603, message="the index is being rebuilt")
+        return {"kind": "doc", "key": key, "text": f"{key}: first"}
+
+    policy = CachePolicy(ttl_ms=TTL_MS, stale_if_error_ms=SIE_MS)
+    sdk = MCPServer("stale-sdk", extensions=[RevalidationExtension(ToolPolicies({"read": policy}))])
+    sdk.add_tool(read)
+    async with connect(view_kind, ServerTarget.memory(sdk), MODERN, cache, server_id="stale-sdk") as conn:
+        stored = await conn.call("read", K)
+        clock.advance(PAST_SWR)
+        down["now"] = True
+        served = await conn.call("read", K)
+        assert served.outcome.status == "stale_if_error"
+        assert "index is being rebuilt" in served.outcome.reason
+        assert served.result.content == stored.result.content
+        clock.advance(PAST_SIE)
+        with pytest.raises(MCPError, match="index is being rebuilt"):
+            await conn.call("read", K)

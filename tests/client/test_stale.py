@@ -6,8 +6,7 @@ memory streams, with the injected clock moving the entries past their freshness.
   many callers read it at once, at most `background_revalidations` at once, cancelled by `close()`; its
   failure never reaches anybody;
 - stale-if-error: served when the server answers a JSON-RPC error (a middleware of the FastMCP server, a tool
-  of the MCP SDK's `MCPServer`) or times out; a tool's own `isError`
-  answer is returned as it came;
+  of the MCP SDK's `MCPServer`) or times out; a tool's own `isError` answer is returned as it came;
 - never after a write ended freshness (a mutating call, `invalidate`), whatever the windows say.
 """
 

@@ -152,3 +152,21 @@ async def test_a_refused_call_counts_as_a_turn(harness: Harness, tmp_path: Path)
     # full; unchanged (1 further); then 2 refused calls and the read: 3 further since the full view.
     assert kinds[:2] == ["full", "unchanged"]
     assert kinds[2] == "full", kinds
+
+
+async def test_an_error_between_reads_is_shown_whole_and_the_next_read_is_whole(harness: Harness) -> None:
+    import mcp_types as mt
+
+    refs = harness.refs(shown=ShownMemory())
+    assert (await read(refs, notebookish(), 'W/"1"'))[0] == "full"
+    error = mt.CallToolResult(
+        content=[mt.TextContent(type="text", text="the notebook is locked " * 300)],
+        is_error=True,
+        _meta={"io.modelcontextprotocol/cache": {"etag": 'W/"1"'}},  # even under the same tag
+    )
+    view = await refs.for_model(error, server="s", tool="read", arguments={"path": "a"})
+    assert view.kind == "full"
+    assert "locked" in view.text()
+    # The model's latest copy is the error: nothing to build on, even for the answer it read before it.
+    assert (await read(refs, notebookish(), 'W/"1"'))[0] == "full"
+    assert (await read(refs, notebookish(), 'W/"1"'))[0] == "unchanged"

@@ -236,3 +236,58 @@ async def test_a_delta_is_never_more_than_half_the_answer(folder: Path) -> None:
     assert "delta" in kinds
     assert "full" in kinds
     assert deltas_of(gateway).counters.declined >= 1
+
+
+def shuffling_server(version: dict[str, int]) -> fastmcp.FastMCP[Any]:
+    """An upstream that never heard of mcpcache, whose answer is the same JSON each time with its members in
+    another order (a dict built from a set, a map iterated in hash order), and one field that moves."""
+    import random
+
+    server: fastmcp.FastMCP[Any] = fastmcp.FastMCP("shuffling")
+    calls = {"n": 0}
+
+    @server.tool(annotations={"readOnlyHint": True})
+    def table(name: str) -> dict[str, Any]:
+        calls["n"] += 1
+        rng = random.Random(calls["n"])
+        rows = [{"id": i, "name": f"row {i} ✓", "value": i * 1.5, "flag": i % 2 == 0} for i in range(300)]
+        for row in rows:
+            items = list(row.items())
+            rng.shuffle(items)
+            row.clear()
+            row.update(items)
+        answer = {"kind": "table", "name": name, "rows": rows, "edited": version["n"]}
+        items = list(answer.items())
+        rng.shuffle(items)
+        return dict(items)
+
+    return server
+
+
+async def test_an_upstream_whose_member_order_moves_is_never_a_wrong_answer() -> None:
+    from .conftest import gateway_over
+
+    version = {"n": 0}
+    gateway = gateway_over(
+        shuffling_server(version), {"table": ToolSettings(ttl_ms=0, scope="public", kind="table")}, store=MemoryStore()
+    )
+    kinds = []
+    async with fastmcp.Client(gateway) as client:
+        held = await client.call_tool_mcp("table", {"name": "t"})
+        for step in range(8):
+            version["n"] = step // 2
+            reply = await client.call_tool_mcp("table", {"name": "t"}, meta=asking(tag_of(held)))
+            full = await client.call_tool_mcp("table", {"name": "t"})  # another order again: compare as JSON
+            found = delta_of(reply) if (reply.meta or {}).get(META_KEY) else None
+            if found is None:
+                assert reply.structured_content == full.structured_content
+                kinds.append("full")
+                held = reply
+                continue
+            rebuilt = result_of(apply(document_of(held), found.ops))
+            assert answer_digest(rebuilt.content, rebuilt.structured_content, rebuilt.meta) == found.digest
+            assert rebuilt.structured_content == full.structured_content
+            assert orjson.loads(rebuilt.content[0].text) == full.structured_content  # type: ignore[union-attr]
+            kinds.append("delta")
+            held = patched(held, reply)
+    assert kinds

@@ -94,7 +94,8 @@ class ShownMemory:
     """Per conversation, per server + tool + arguments: the answer (by tag) the model was last shown.
 
     max_turns: an earlier view is built on only while fewer than this many more tool results have been
-        shown in its conversation since its full view (a turn is one `for_model` call); None: no bound.
+        shown in its conversation since its full view (a turn is one `for_model` call, or one call
+        `References.resolve` refused); None: no bound.
     max_age_s: ... and only while its full view is younger than this (by `clock`); None: no bound.
     max_entries: remembered answers across all conversations, least recently used dropped first.
 

@@ -412,13 +412,18 @@ class References:
         nested in a value, as a key, or malformed), is refused: a tool never receives one. If anything
         cannot be resolved, or the call would resolve more than `max_resolved_bytes`, the call must not
         be sent: the resolution then carries the error envelope for the model. Never raises.
+
+        With `shown`, a refusal counts as a turn: its envelope is a tool result the model is shown.
         """
         try:
-            return await self._resolve(tool, arguments)
+            resolution = await self._resolve(tool, arguments)
         except Exception as exc:  # a bug, or a host value no walk expected; the call is still not sent blind
             logger.warning("resolving the arguments of %r failed", cut(str(tool)), exc_info=True)
             detail = f"the arguments could not be checked for references ({type(exc).__name__})"
-            return self._refusal(tool, [Missing("*", "", "malformed", detail)])
+            resolution = self._refusal(tool, [Missing("*", "", "malformed", detail)])
+        if not resolution.ok and self.shown is not None:
+            self.shown.next_turn(self.conversation_id)
+        return resolution
 
     async def _resolve(self, tool: str, arguments: Mapping[str, Any] | None) -> Resolution:
         if arguments is not None and not isinstance(arguments, Mapping):

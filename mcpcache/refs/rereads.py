@@ -7,7 +7,8 @@ changed. Honest by construction:
 
 - "unchanged" only when the tag is the one the model was shown and the stored earlier answer is the same
   JSON; a changed view only against the answer this conversation was last shown, read back from this
-  conversation's own stored payload, and only when applying it gives exactly the new answer;
+  conversation's own stored payload, only when that answer was shown whole (a shortened view holds
+  markers, not members), and only when applying it gives exactly the new answer;
 - every reference a view names was read (or written) just before the view was made;
 - no tag, an error, a result too small to store, a failed store or any surprise: the full view, and the
   memory forgets the answer (it then builds on nothing until a full view is shown again).
@@ -151,7 +152,7 @@ async def view(
                 changed_view, size = changed
                 memory.remember_changes(conversation, key, seen.shown, normal, full.uri, size)
                 return changed_view
-        memory.remember_full(conversation, key, normal, full.uri, turn)
+        memory.remember_full(conversation, key, normal, full.uri, turn, shortened=bool(full.shortened))
         return full
     except BaseException:
         # Whatever the model is shown instead (the whole result, or nothing), it is not what the memory holds.
@@ -184,6 +185,10 @@ async def _changed(
     already shown on top of the same full view)."""
     shown = seen.shown
     assert full.uri is not None
+    if shown.shortened:
+        # The model's copy has markers where the earlier answer's large members were: a change inside one
+        # cannot be applied to it (an edit of a text's first line would replace the marker's one line).
+        return None
     full_size = len(json_bytes(full.envelope)) if full.shortened else len(body)
     budget = full_size // 2 - shown.changes_bytes
     if budget <= 0:

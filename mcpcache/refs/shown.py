@@ -45,6 +45,9 @@ class Shown:
     """The time of that full view (the memory's clock)."""
     changes_bytes: int = 0
     """Bytes of changed views shown on top of that full view since."""
+    shortened: bool = False
+    """That full view was shortened (members replaced by markers): the model holds markers, not those
+    members, so no change can be shown on top of it (an unchanged view still can)."""
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,8 @@ class ShownMemory:
     """Per conversation, per server + tool + arguments: the answer (by tag) the model was last shown.
 
     max_turns: an earlier view is built on only while fewer than this many more tool results have been
-        shown in its conversation since its full view (a turn is one `for_model` call); None: no bound.
+        shown in its conversation since its full view (a turn is one `for_model` call, or one call
+        `References.resolve` refused); None: no bound.
     max_age_s: ... and only while its full view is younger than this (by `clock`); None: no bound.
     max_entries: remembered answers across all conversations, least recently used dropped first.
 
@@ -120,6 +124,10 @@ class ShownMemory:
         self._conversations: OrderedDict[str, _Conversation] = OrderedDict()
         self._count = 0
         self._forgotten = 0
+        self._high = 0
+        """The highest turn handed out in any conversation: a conversation (re)created starts counting
+        from it, so a view drawn before a forget (or an eviction) of its conversation never counts as
+        newer than the results shown after it."""
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -130,9 +138,10 @@ class ShownMemory:
         with self._lock:
             conversation = self._conversations.get(conversation_id)
             if conversation is None:
-                conversation = self._conversations[conversation_id] = _Conversation()
+                conversation = self._conversations[conversation_id] = _Conversation(turn=self._high)
             self._conversations.move_to_end(conversation_id)
             conversation.turn += 1
+            self._high = max(self._high, conversation.turn)
             return conversation.turn
 
     def recall(self, conversation_id: str, key: str, turn: int) -> Recall:
@@ -160,9 +169,11 @@ class ShownMemory:
         with self._lock:
             return self._forgotten == seen.epoch
 
-    def remember_full(self, conversation_id: str, key: str, tag: str, uri: CacheUri, turn: int) -> None:
-        """The model was shown the whole answer `tag`, stored at `uri`, at `turn`."""
-        self._put(conversation_id, key, Shown(tag, uri, turn, self.clock()))
+    def remember_full(
+        self, conversation_id: str, key: str, tag: str, uri: CacheUri, turn: int, *, shortened: bool = False
+    ) -> None:
+        """The model was shown the whole answer `tag`, stored at `uri`, at `turn` (`shortened`: with markers)."""
+        self._put(conversation_id, key, Shown(tag, uri, turn, self.clock(), shortened=shortened))
 
     def remember_changes(self, conversation_id: str, key: str, base: Shown, tag: str, uri: CacheUri, size: int) -> None:
         """The model was shown `size` bytes of changes turning `base` into the answer `tag`, stored at `uri`."""
@@ -199,8 +210,10 @@ class ShownMemory:
             conversation = self._conversations.get(conversation_id)
             if conversation is None:
                 # Forgotten between this view's turn and now: the view is still shown, so it is remembered,
-                # at the turn it was made (a fresh counter starts below it, which only shortens its life).
-                conversation = self._conversations[conversation_id] = _Conversation(turn=shown.turn)
+                # at the turn it was made. The fresh counter starts at the highest turn handed out, at or
+                # above that one, which only shortens its life; so does one a parallel call started after
+                # the forget (a counter restarted from 0 would have let it outlive `max_turns`).
+                conversation = self._conversations[conversation_id] = _Conversation(turn=self._high)
             if key not in conversation.entries:
                 self._count += 1
             conversation.entries[key] = shown

@@ -22,6 +22,21 @@ loopback ports and stopped by PID.
 
 Run:  python benchmarks/gateway.py                 (5 MB notebook, 12 rounds: about two minutes)
       python benchmarks/gateway.py --size 1MB --rounds 4   (a smoke run)
+
+`--scale` asks another question: what one fresh hit of a small answer costs a replica, and how replicas
+scale. A bare FastMCP server with one tool answering a constant 1 KB (the per-request floor of FastMCP, the
+MCP SDK and uvicorn, served as the gateway serves) and `mcpcache gateway` replicas sharing one real
+redis-server (ttl 10 minutes, so every measured call is a fresh hit) are each called by 1, 8 and 32
+concurrent callers, against 1 and 2 processes, in both protocol eras (2026-07-28: one POST per call;
+2025-11-25: a session), each with event-stream replies (the default) and with JSON replies
+(`json_response`). The callers speak streamable HTTP by hand over keep-alive connections, so the load
+generator's own CPU stays small. Configurations are interleaved in rounds; each round makes `--calls`
+calls in each. Per configuration: calls/s, p50 and p99 latency over every call, and the CPU of the
+measured processes per call (user plus system, from /proc/PID/stat), with the redis-server's and the
+upstream's; "over the floor" is the gateway's CPU per call less the bare server's in the same round.
+
+Run:  python benchmarks/gateway.py --scale                           (5 rounds of 400 calls: about 6 minutes)
+      python benchmarks/gateway.py --scale --kinds floor,gateway --clients 8 --rounds 2   (a smoke run)
 """
 
 from __future__ import annotations
@@ -169,7 +184,7 @@ MODERN_VERSION = "2026-07-28"
 LEGACY_VERSION = "2025-11-25"
 
 
-def serve_floor(port: int) -> None:
+def serve_floor(port: int, json_response: bool) -> None:
     """A bare FastMCP server with one tool returning a constant 1 KB answer, served as the gateway serves
     (FastMCP's streamable HTTP app under uvicorn, the gateway's keep-alive): the per-request floor."""
     server = fastmcp.FastMCP("floor")
@@ -184,7 +199,34 @@ def serve_floor(port: int) -> None:
         port=port,
         show_banner=False,
         uvicorn_config={"timeout_keep_alive": KEEP_ALIVE_S},
+        json_response=True if json_response else None,
     )
+
+
+KINDS = ("floor", "floor-json", "gateway", "gateway-json")
+"""What is measured: the bare server and the gateway, each answering with event streams (the default) and
+with JSON bodies (`[gateway] json_response = true`)."""
+
+
+def gateway_config(folder: Path, upstream: str, redis_url: str, *, json_response: bool) -> Path:
+    path = folder / f"gateway{'-json' if json_response else ''}.toml"
+    path.write_text(
+        f"""[gateway]
+json_response = {str(json_response).lower()}
+
+[store]
+redis = "{redis_url}"
+
+[upstreams.up]
+url = "{upstream}"
+
+[upstreams.up.tools.{FLOOR_TOOL}]
+ttl_ms = {SCALE_TTL_MS}
+scope = "public"
+""",
+        encoding="utf-8",
+    )
+    return path
 
 
 class RawSession:
@@ -336,28 +378,37 @@ async def run_scale(args: argparse.Namespace) -> dict[str, Any]:
         return process
 
     sessions: list[RawSession] = []
+    folder = Path(tempfile.mkdtemp(prefix="mcpcache-gateway-scale-"))
     try:
         with RedisServer(redis_binary) as redis:
             assert redis.process is not None
-            floors, gateways = [], []
-            for _ in range(2):
+
+            def floor(json_response: bool) -> tuple[subprocess.Popen[bytes], int]:
                 port = free_port()
-                floors.append(
-                    (launch([sys.executable, __file__, "--serve-floor", str(port)], port, "floor server"), port)
-                )
-            upstream = f"http://127.0.0.1:{floors[0][1]}/mcp"
-            for _ in range(2):
-                port = free_port()
-                tool = f"{FLOOR_TOOL}={SCALE_TTL_MS}:public"
-                command = [sys.executable, "-m", "mcpcache", "gateway", "--upstream", upstream, "--tool", tool]
-                command += ["--redis", redis.url, "--port", str(port)]
-                gateways.append((launch(command, port, "mcpcache gateway"), port))
+                command = [sys.executable, __file__, "--serve-floor", str(port)]
+                command += ["--floor-json"] if json_response else []
+                return launch(command, port, "floor server"), port
+
+            upstream_process, upstream_port = floor(False)
+            upstream = f"http://127.0.0.1:{upstream_port}/mcp"
+            servers: dict[str, list[tuple[subprocess.Popen[bytes], int]]] = {}
+            for kind in args.kinds:
+                json_response = kind.endswith("-json")
+                servers[kind] = []
+                for _ in range(max(args.replicas)):
+                    if kind.startswith("floor"):
+                        servers[kind].append(floor(json_response))
+                        continue
+                    port = free_port()
+                    config = gateway_config(folder, upstream, redis.url, json_response=json_response)
+                    command = [sys.executable, "-m", "mcpcache", "gateway", "--config", str(config)]
+                    servers[kind].append((launch([*command, "--port", str(port)], port, "mcpcache gateway"), port))
             most = max(args.clients)
             pools: dict[tuple[str, str, int], list[RawSession]] = {}
-            for kind, servers in (("floor", floors), ("gateway", gateways)):
+            for kind, processes in servers.items():
                 for era in ERAS:
-                    for index, (_, port) in enumerate(servers):
-                        pool = [RawSession(port, era) for _ in range(most if index == 0 else most // 2)]
+                    for index, (_, port) in enumerate(processes):
+                        pool = [RawSession(port, era) for _ in range(-(-most // (index + 1)))]
                         for session in pool:
                             await session.open()
                             await session.call()  # warm: the gateway's first call fills the store
@@ -365,23 +416,22 @@ async def run_scale(args: argparse.Namespace) -> dict[str, Any]:
                         sessions += pool
             configs = [
                 ScaleConfig(kind, replicas, clients, era)
-                for kind in ("floor", "gateway")
+                for kind in args.kinds
                 for replicas in args.replicas
                 for clients in args.clients
                 for era in ERAS
             ]
-            redis_pid, upstream_pid = redis.process.pid, floors[0][0].pid
+            redis_pid, upstream_pid = redis.process.pid, upstream_process.pid
             for round_index in range(args.rounds):
                 order = configs[:]
                 random.Random(round_index).shuffle(order)
                 for config in order:
-                    servers = floors if config.kind == "floor" else gateways
                     # Caller i talks to replica i mod replicas (a session stays with its replica).
                     chosen = [
                         pools[(config.kind, config.era, i % config.replicas)][i // config.replicas]
                         for i in range(config.clients)
                     ]
-                    pids = [process.pid for process, _ in servers[: config.replicas]]
+                    pids = [process.pid for process, _ in servers[config.kind][: config.replicas]]
                     before = [cpu_seconds(pid) for pid in (*pids, redis_pid, upstream_pid)]
                     wall = await drive(chosen, args.calls, config.latencies)
                     after = [cpu_seconds(pid) for pid in (*pids, redis_pid, upstream_pid)]
@@ -396,6 +446,7 @@ async def run_scale(args: argparse.Namespace) -> dict[str, Any]:
             await session.close()
         for process in started:
             stop_process(process)
+        shutil.rmtree(folder, ignore_errors=True)
     return scale_report(configs, args)
 
 
@@ -404,7 +455,7 @@ def _mid(values: list[float]) -> dict[str, float]:
 
 
 def scale_report(configs: list[ScaleConfig], args: argparse.Namespace) -> dict[str, Any]:
-    floor = {(c.replicas, c.clients, c.era): c for c in configs if c.kind == "floor"}
+    floor = {(c.kind, c.replicas, c.clients, c.era): c for c in configs if c.kind.startswith("floor")}
     rows = []
     for config in configs:
         row: dict[str, Any] = {
@@ -419,8 +470,8 @@ def scale_report(configs: list[ScaleConfig], args: argparse.Namespace) -> dict[s
             "redis_cpu_ms_per_call": statistics.median(config.redis_cpu_ms),
             "upstream_cpu_ms_per_call": statistics.median(config.upstream_cpu_ms),
         }
-        if config.kind == "gateway":
-            base = floor[(config.replicas, config.clients, config.era)]
+        base = floor.get((config.kind.replace("gateway", "floor"), config.replicas, config.clients, config.era))
+        if config.kind.startswith("gateway") and base is not None:
             row["over_floor_ms"] = _mid([a - b for a, b in zip(config.cpu_ms, base.cpu_ms, strict=True)])
         rows.append(row)
     return {"calls": args.calls, "rounds": args.rounds, "machine": machine(), "rows": rows}
@@ -457,14 +508,17 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=400, help="--scale: calls per configuration per round")
     parser.add_argument("--clients", default="1,8,32", help="--scale: concurrent callers, comma-separated")
     parser.add_argument("--replicas", default="1,2", help="--scale: gateway replicas, comma-separated (1 or 2)")
+    parser.add_argument("--kinds", default=",".join(KINDS), help=f"--scale: what to measure, of {','.join(KINDS)}")
     parser.add_argument("--serve-floor", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    parser.add_argument("--floor-json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_floor is not None:
-        serve_floor(args.serve_floor)
+        serve_floor(args.serve_floor, args.floor_json)
         return
     if args.scale:
         args.clients = [int(n) for n in args.clients.split(",")]
         args.replicas = [int(n) for n in args.replicas.split(",")]
+        args.kinds = [kind for kind in KINDS if kind in args.kinds.split(",")]
         if "--rounds" not in sys.argv:
             args.rounds = 5
         scale = asyncio.run(run_scale(args))

@@ -407,7 +407,20 @@ async def server_cpu_rows(directory: Path, rounds: int) -> tuple[dict[str, int],
             arguments[mode] = {"name": "x"}
     modes = [mode for mode, _, _ in _CPU_MODES]
     stamped = [mode for mode in modes if "plain" not in mode]
-    per_round: dict[str, list[float]] = {f"{m}/{k}": [] for m in modes for k in ("full", "match")}
+    # Each row's two sides are called alternately, call by call, so that both see the same load on a
+    # machine shared with other work; a side is "MODE/full" (no tag) or "MODE/match" (the current tag).
+    rows = (
+        ("full read: stamped (raw tag) ÷ not stamped", "raw/full", "plain/full"),
+        ("full read: stamped (content tag) ÷ not stamped", "content/full", "plain/full"),
+        ("ASCII-only notebook, full read: stamped (raw tag) ÷ not stamped", "raw-ascii/full", "plain-ascii/full"),
+        ("mostly non-ASCII notebook, full read: stamped (raw tag) ÷ not stamped", "raw-intl/full", "plain-intl/full"),
+        ("demo server (TypedDict), full read: stamped ÷ not stamped", "demo/full", "demo-plain/full"),
+        ("demo server, mostly non-ASCII notebook: stamped ÷ not stamped", "demo-intl/full", "demo-plain-intl/full"),
+        ("full read ÷ matching conditional call, raw path", "plain/full", "raw/match"),
+        ("full read ÷ matching conditional call, content path", "plain/full", "content/match"),
+        ("matching conditional call: content path ÷ raw path", "content/match", "raw/match"),
+    )
+    per_round: dict[tuple[str, str], list[float]] = {(label, side): [] for label, *sides in rows for side in sides}
     async with AsyncExitStack() as stack:
         clients = {mode: await stack.enter_async_context(Client(servers[mode][0])) for mode in modes}
         tags: dict[str, str] = {}
@@ -416,51 +429,39 @@ async def server_cpu_rows(directory: Path, rounds: int) -> tuple[dict[str, int],
             if mode in stamped:
                 tags[mode] = (first.meta or {})[META_KEY]["etag"]
         assert tags["raw"] != tags["content"]
+
+        async def call(side: str) -> float:
+            mode, kind = side.split("/")
+            meter = servers[mode][1]
+            meter.samples.clear()
+            meta = conditional_request_meta(tags[mode]) if kind == "match" else None
+            result = await clients[mode].call_tool("read_notebook", arguments[mode], meta=meta)
+            assert ((result.meta or {}).get(META_KEY) or {}).get("notModified") is (True if meta else None)
+            return meter.samples[-1]
+
         for _ in range(rounds):
-            for mode in modes:
-                meter = servers[mode][1]
-                meter.samples.clear()
+            for label, top, bottom in rows:
+                samples: dict[str, list[float]] = {top: [], bottom: []}
                 for _ in range(SERVER_CALLS):
-                    await clients[mode].call_tool("read_notebook", arguments[mode])
-                per_round[f"{mode}/full"].append(statistics.median(meter.samples))
-                if mode not in stamped:
-                    continue
-                meter.samples.clear()
-                meta = conditional_request_meta(tags[mode])
-                for _ in range(SERVER_CALLS):
-                    again = await clients[mode].call_tool("read_notebook", arguments[mode], meta=meta)
-                    assert (again.meta or {})[META_KEY].get("notModified") is True
-                per_round[f"{mode}/match"].append(statistics.median(meter.samples))
+                    for side in (top, bottom):
+                        samples[side].append(await call(side))
+                for side in (top, bottom):
+                    per_round[(label, side)].append(statistics.median(samples[side]))
 
     def row(label: str, top: str, bottom: str) -> ServerCpuRow:
-        ratios = [a / b for a, b in zip(per_round[top], per_round[bottom], strict=True)]
+        tops, bottoms = per_round[(label, top)], per_round[(label, bottom)]
+        ratios = [a / b for a, b in zip(tops, bottoms, strict=True)]
         return ServerCpuRow(
             label,
             statistics.median(ratios),
             _percentile(ratios, 0.1),
             _percentile(ratios, 0.9),
-            statistics.median(per_round[top]) * 1e3,
-            statistics.median(per_round[bottom]) * 1e3,
+            statistics.median(tops) * 1e3,
+            statistics.median(bottoms) * 1e3,
         )
 
     sizes = {name: notebook.stat().st_size for name, notebook in notebooks.items()}
-    return sizes, [
-        row("full read: stamped (raw tag) ÷ not stamped", "raw/full", "plain/full"),
-        row("full read: stamped (content tag) ÷ not stamped", "content/full", "plain/full"),
-        row("ASCII-only notebook, full read: stamped (raw tag) ÷ not stamped", "raw-ascii/full", "plain-ascii/full"),
-        row(
-            "mostly non-ASCII notebook, full read: stamped (raw tag) ÷ not stamped", "raw-intl/full", "plain-intl/full"
-        ),
-        row("demo server (TypedDict), full read: stamped ÷ not stamped", "demo/full", "demo-plain/full"),
-        row(
-            "demo server, mostly non-ASCII notebook, full read: stamped ÷ not stamped",
-            "demo-intl/full",
-            "demo-plain-intl/full",
-        ),
-        row("full read ÷ matching conditional call, raw path", "plain/full", "raw/match"),
-        row("full read ÷ matching conditional call, content path", "plain/full", "content/match"),
-        row("matching conditional call: content path ÷ raw path", "content/match", "raw/match"),
-    ]
+    return sizes, [row(*spec) for spec in rows]
 
 
 def render_server_cpu(notebooks: dict[str, int], rows: list[ServerCpuRow]) -> str:

@@ -18,7 +18,6 @@ from importlib.metadata import version as package_version
 from typing import Any
 
 import mcp_types as mt
-import orjson
 import pydantic_core
 import xxhash
 from fastmcp.server.transforms import GetToolNext, Transform
@@ -33,6 +32,7 @@ from mcpcache.etag import (
     CanonicalizationError,
     canonical_json,
     content_tag_sized,
+    parsed_raw_tag_sized,
     raw_domain,
     raw_json_tag,
     raw_tag_sized,
@@ -277,8 +277,7 @@ def _converted_then_tagged(tool: FunctionTool, tagging: BelowTagging, domain: by
     if type(raw_value) is dict and _annotation_name(tool.return_type) in _SERIALISED_AS_ANY:
         written = _value_json(result, wrapped=bool((tool.output_schema or {}).get(_WRAP_KEY)))
     if written is not None:
-        data = _json_bytes(*written)
-        tag, size = raw_json_tag(domain, data), len(data)
+        tag, size = _written_tag(domain, *written)
     else:
         try:
             tag, size = raw_tag_sized(domain, raw_value)
@@ -308,20 +307,20 @@ def _value_json(result: ToolResult, *, wrapped: bool) -> tuple[str, dict[str, An
     return (block.text, value) if type(value) is dict else None
 
 
-def _json_bytes(text: str, value: dict[str, Any]) -> bytes:
-    """The UTF-8 bytes of `text`, which FastMCP wrote as the JSON of `value`.
+def _written_tag(domain: bytes, text: str, value: dict[str, Any]) -> tuple[str, int]:
+    """The tag in `domain` of `text`, which FastMCP wrote as the JSON of `value`, and its length.
 
-    An ASCII str encodes as a copy. Any other goes through CPython's per-character UTF-8 encoder (about
-    4 ms for a 5 MB notebook with a handful of non-ASCII characters), so orjson writes `value` instead
-    (under 1 ms): FastMCP parsed `value` from JSON, so it holds only exact JSON types and needs no walk to
-    prove it (`exact_json`), and orjson writes such a value as FastMCP wrote the text (pinned by a test).
+    Hashed from `value`, written by orjson piece by piece (`parsed_raw_tag_sized`): FastMCP parsed it from
+    JSON, so it holds only exact JSON types and needs no walk to prove it, and orjson writes such a value
+    as FastMCP wrote the text (pinned by a test). Cheaper than the text itself, which would have to be
+    encoded to UTF-8 first (a multi-megabyte copy, and CPython's per-character encoder for any text that
+    is not ASCII: about 4 ms for a 5 MB notebook with a handful of non-ASCII characters).
     """
-    if text.isascii():
-        return text.encode()
     try:
-        return orjson.dumps(value)
-    except orjson.JSONEncodeError:  # an integer beyond 64 bits, which only the text can spell
-        return text.encode()
+        return parsed_raw_tag_sized(domain, value)
+    except CanonicalizationError:  # an integer beyond 64 bits, which only the text can spell
+        data = text.encode()
+        return raw_json_tag(domain, data), len(data)
 
 
 @functools.cache

@@ -35,7 +35,12 @@ calls in each. Per configuration: calls/s, p50 and p99 latency over every call, 
 measured processes per call (user plus system, from /proc/PID/stat), with the redis-server's and the
 upstream's; "over the floor" is the gateway's CPU per call less the bare server's in the same round.
 
+`--inproc` looks inside one process: the CPU each fresh hit spends in the gateway's FastMCP middleware
+chain (no HTTP, no session, no serialisation), against the bare tool's run there, with the replica's front
+tier and with it turned off (every hit asks Redis), interleaved.
+
 Run:  python benchmarks/gateway.py --scale                           (5 rounds of 400 calls: about 6 minutes)
+      python benchmarks/gateway.py --inproc                          (10 rounds of 400 calls: about a minute)
       python benchmarks/gateway.py --scale --kinds floor,gateway --clients 8 --rounds 2   (a smoke run)
 """
 
@@ -365,14 +370,16 @@ async def drive(sessions: list[RawSession], calls: int, latencies: list[float]) 
     return time.perf_counter() - began
 
 
+def _quiet_process(command: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 async def run_scale(args: argparse.Namespace) -> dict[str, Any]:
     redis_binary = shutil.which("redis-server") or "/usr/bin/redis-server"
     started: list[subprocess.Popen[bytes]] = []
 
     def launch(command: list[str], port: int, what: str) -> subprocess.Popen[bytes]:
-        process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
+        process = _quiet_process(command)
         started.append(process)
         wait_until_listening(process, port, 60, what)
         return process
@@ -499,12 +506,96 @@ def print_scale(document: dict[str, Any]) -> None:
     print(f"\n{document['machine']['cpu']}, {document['machine']['cores']} cores; {document['machine']['libraries']}")
 
 
+# --- in process: the CPU of a fresh hit inside the gateway's FastMCP middleware --------------------------
+
+
+class _CpuMeter(fastmcp.server.middleware.Middleware):
+    """The outermost middleware: the process CPU each tools/call spends inside the chain."""
+
+    def __init__(self) -> None:
+        self.samples: list[float] = []
+
+    async def on_call_tool(self, context: Any, call_next: Any) -> Any:
+        began = time.process_time()
+        try:
+            return await call_next(context)
+        finally:
+            self.samples.append(time.process_time() - began)
+
+
+async def run_inproc(args: argparse.Namespace) -> dict[str, Any]:
+    """The middleware chain's CPU per call, in this process (no HTTP, no session, no serialisation): the bare
+    tool's run against a gateway fresh hit from Redis, with the replica's front tier and without it."""
+    from mcpcache.gateway.app import build_gateway, open_store
+    from mcpcache.gateway.config import quick_config, with_overrides
+    from mcpcache.gateway.middleware import GatewayMiddleware
+
+    redis_binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+    port = free_port()
+    upstream_process = _quiet_process([sys.executable, __file__, "--serve-floor", str(port)])
+    servers: dict[str, fastmcp.FastMCP[Any]] = {}
+    try:
+        wait_until_listening(upstream_process, port, 60, "floor server")
+        with RedisServer(redis_binary) as redis:
+            floor = fastmcp.FastMCP("floor")
+
+            @floor.tool(name=FLOOR_TOOL)
+            def read(key: str) -> dict[str, Any]:
+                return {"kind": "doc", "key": key, "text": FLOOR_TEXT}
+
+            servers["bare tool"] = floor
+            for name in ("gateway, front tier", "gateway, every hit asks Redis"):
+                config = quick_config(
+                    url=f"http://127.0.0.1:{port}/mcp", command=None, tools=[f"{FLOOR_TOOL}={SCALE_TTL_MS}:public"]
+                )
+                config = with_overrides(config, redis=redis.url)
+                assert config.store is not None
+                server = build_gateway(config, store=open_store(config.store)).server
+                if "every hit" in name:
+                    for middleware in server.middleware:
+                        if isinstance(middleware, GatewayMiddleware) and middleware.caches is not None:
+                            middleware.caches.front = None
+                servers[name] = server
+            meters = {name: _CpuMeter() for name in servers}
+            for name, server in servers.items():
+                server.middleware.insert(0, meters[name])
+            per_round: dict[str, list[float]] = {name: [] for name in servers}
+            async with AsyncExitStack() as stack:
+                clients = {name: await stack.enter_async_context(fastmcp.Client(s)) for name, s in servers.items()}
+                for client in clients.values():
+                    for _ in range(3):
+                        await client.call_tool(FLOOR_TOOL, {"key": "k"})
+                for _ in range(args.rounds):
+                    for name, client in clients.items():
+                        meters[name].samples.clear()
+                        for _ in range(args.calls):
+                            await client.call_tool(FLOOR_TOOL, {"key": "k"})
+                        per_round[name].append(statistics.median(meters[name].samples) * 1e6)
+    finally:
+        stop_process(upstream_process)
+    rows = [{"config": name, "us_per_call": _mid(values)} for name, values in per_round.items()]
+    return {"calls": args.calls, "rounds": args.rounds, "machine": machine(), "rows": rows}
+
+
+def print_inproc(document: dict[str, Any]) -> None:
+    print(
+        f"CPU per tools/call inside the FastMCP middleware chain, in process: median of {document['calls']} calls "
+        f"per round, {document['rounds']} rounds; median (p10-p90) over rounds\n"
+    )
+    print("| configuration | µs per call |")
+    print("|---|---|")
+    for row in document["rows"]:
+        cpu = row["us_per_call"]
+        print(f"| {row['config']} | {cpu['median']:.0f} ({cpu['p10']:.0f}-{cpu['p90']:.0f}) |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="5MB", help="notebook size on disk (default 5MB)")
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--scale", action="store_true", help="fresh hits of a 1 KB answer at 1, 8, 32 callers instead")
+    parser.add_argument("--inproc", action="store_true", help="the middleware chain's CPU per fresh hit, in process")
     parser.add_argument("--calls", type=int, default=400, help="--scale: calls per configuration per round")
     parser.add_argument("--clients", default="1,8,32", help="--scale: concurrent callers, comma-separated")
     parser.add_argument("--replicas", default="1,2", help="--scale: gateway replicas, comma-separated (1 or 2)")
@@ -514,6 +605,14 @@ def main() -> None:
     args = parser.parse_args()
     if args.serve_floor is not None:
         serve_floor(args.serve_floor, args.floor_json)
+        return
+    if args.inproc:
+        if "--rounds" not in sys.argv:
+            args.rounds = 10
+        inproc = asyncio.run(run_inproc(args))
+        print_inproc(inproc)
+        if args.json is not None:
+            args.json.write_text(json.dumps(inproc, indent=2), encoding="utf-8")
         return
     if args.scale:
         args.clients = [int(n) for n in args.clients.split(",")]

@@ -357,6 +357,10 @@ class ServerCpuRow:
     high: float
     numerator_ms: float
     denominator_ms: float
+    difference_ms: float = 0.0
+    """The median over rounds of numerator less denominator (what stamping adds, for the stamped rows)."""
+    difference_low_ms: float = 0.0
+    difference_high_ms: float = 0.0
 
 
 # (mode, notebook, tool): the dict-returning tool on the generated notebook, an ASCII-only copy and a copy
@@ -451,6 +455,7 @@ async def server_cpu_rows(directory: Path, rounds: int) -> tuple[dict[str, int],
     def row(label: str, top: str, bottom: str) -> ServerCpuRow:
         tops, bottoms = per_round[(label, top)], per_round[(label, bottom)]
         ratios = [a / b for a, b in zip(tops, bottoms, strict=True)]
+        differences = [(a - b) * 1e3 for a, b in zip(tops, bottoms, strict=True)]
         return ServerCpuRow(
             label,
             statistics.median(ratios),
@@ -458,6 +463,9 @@ async def server_cpu_rows(directory: Path, rounds: int) -> tuple[dict[str, int],
             _percentile(ratios, 0.9),
             statistics.median(tops) * 1e3,
             statistics.median(bottoms) * 1e3,
+            statistics.median(differences),
+            _percentile(differences, 0.1),
+            _percentile(differences, 0.9),
         )
 
     sizes = {name: notebook.stat().st_size for name, notebook in notebooks.items()}
@@ -471,13 +479,14 @@ def render_server_cpu(notebooks: dict[str, int], rows: list[ServerCpuRow]) -> st
         f"### Server CPU per call, notebooks {sizes}, FastMCP in process "
         f"(median of {SERVER_CALLS} calls per round; ratio: median (p10..p90) over rounds)",
         "",
-        "| measure | ratio | numerator, ms | denominator, ms |",
-        "|---|---|---|---|",
+        "| measure | ratio | numerator, ms | denominator, ms | difference, ms |",
+        "|---|---|---|---|---|",
     ]
     for r in rows:
         out.append(
             f"| {r.measure} | **{r.median_ratio:.2f}×** ({r.low:.2f}..{r.high:.2f}) "
-            f"| {r.numerator_ms:.1f} | {r.denominator_ms:.1f} |"
+            f"| {r.numerator_ms:.1f} | {r.denominator_ms:.1f} "
+            f"| {r.difference_ms:+.1f} ({r.difference_low_ms:+.1f}..{r.difference_high_ms:+.1f}) |"
         )
     return "\n".join(out)
 

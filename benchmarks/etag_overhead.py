@@ -9,13 +9,16 @@ Two questions, answered on realistic answers (the demo server's read_notebook on
    exclude_none=True)`), which every reply pays anyway.
 2. Wire: the bytes of a full reply and of a not-modified reply for a 5 MB notebook, counted at the
    client's transport (mcpcache.bench.wire) over stdio against `python -m mcpcache demo-server`.
-3. Server CPU per call (in process, FastMCP, a tool returning the parsed 5 MB notebook as a dict):
-   a conditional call whose tag matches, on the raw-value path (`install()`) and on the content path
-   (`install(raw_tags=False)`); a full read stamped and not (no mcpcache). The CPU is counted by a
-   middleware placed outside everything else (middleware, body, FastMCP's conversion, the tag), with
-   `time.process_time`; rounds interleave the configurations; ratios are given as median (min..max).
+3. Server CPU per call (in process, FastMCP, a tool returning the parsed 5 MB notebook as a dict, and
+   the demo server's own read_notebook, which returns a TypedDict): a conditional call whose tag
+   matches, on the raw-value path (`install()`) and on the content path (`install(raw_tags=False)`); a
+   full read stamped and not (no mcpcache), on the generated notebook, an ASCII-only copy and a copy in
+   mostly non-ASCII letters. The CPU is counted by a middleware placed outside everything else
+   (middleware, body, FastMCP's conversion, the tag), with `time.process_time`; rounds interleave the
+   configurations; ratios are given as median (p10..p90) over the rounds.
 
-Run:  python benchmarks/etag_overhead.py            (about a minute)
+Run:  python benchmarks/etag_overhead.py            (about two minutes)
+      python benchmarks/etag_overhead.py --server-cpu --rounds 30   (the server CPU section only)
       python benchmarks/etag_overhead.py --quick    (fewer runs; a smoke test, not for the docs)
       python benchmarks/etag_overhead.py --json out.json
 It prints Markdown tables; docs/benchmarks.md holds a copy of one run and how to read it.
@@ -308,6 +311,44 @@ def _cpu_server(path: Path, mode: str) -> tuple[FastMCP, _CpuMeter]:
     return server, meter
 
 
+def _demo_cpu_server(directory: Path, stamped: bool) -> tuple[FastMCP, _CpuMeter]:
+    """The demo server (`mcpcache bench`'s): its read_notebook returns a TypedDict."""
+    server = build_demo_server(directory, revalidation=stamped)
+    meter = _CpuMeter()
+    server.middleware.insert(0, meter)
+    return server, meter
+
+
+# Letters of the notebook's prose and outputs swapped for 2-, 3- and 4-byte characters (Greek, accented
+# Latin, CJK, an emoji): every text cell then holds a few hundred non-ASCII characters.
+_NON_ASCII = str.maketrans({"a": "\u03b1", "e": "\u00e9", "o": "\u00f6", "i": "\u65e5", "u": "\u00fc", "t": "\u03c4"})
+_NON_ASCII_NOTE = " \U0001f4ca"
+
+
+def _non_ascii(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.translate(_NON_ASCII)
+    if isinstance(value, list):
+        return [_non_ascii(item) for item in value]
+    return value
+
+
+def non_ascii_copy(path: Path, out: Path) -> Path:
+    """`path`'s notebook with its sources and text outputs in mostly non-ASCII letters (images kept)."""
+    notebook = orjson.loads(path.read_bytes())
+    for cell in notebook["cells"]:
+        cell["source"] = [*_non_ascii(cell["source"]), _NON_ASCII_NOTE]
+        for output in cell.get("outputs", []):
+            if "text" in output:
+                output["text"] = _non_ascii(output["text"])
+            data = output.get("data", {})
+            for key in ("text/plain", "text/html"):
+                if key in data:
+                    data[key] = _non_ascii(data[key])
+    out.write_bytes(orjson.dumps(notebook))
+    return out
+
+
 @dataclass
 class ServerCpuRow:
     measure: str
@@ -316,77 +357,136 @@ class ServerCpuRow:
     high: float
     numerator_ms: float
     denominator_ms: float
+    difference_ms: float = 0.0
+    """The median over rounds of numerator less denominator (what stamping adds, for the stamped rows)."""
+    difference_low_ms: float = 0.0
+    difference_high_ms: float = 0.0
 
 
-async def server_cpu_rows(directory: Path, rounds: int) -> tuple[int, list[ServerCpuRow]]:
+# (mode, notebook, tool): the dict-returning tool on the generated notebook, an ASCII-only copy and a copy
+# in mostly non-ASCII letters; the demo server's own read_notebook (a TypedDict) on the first and last.
+_CPU_MODES = (
+    ("raw", "nb", "dict"),
+    ("content", "nb", "dict"),
+    ("plain", "nb", "dict"),
+    ("raw-ascii", "ascii", "dict"),
+    ("plain-ascii", "ascii", "dict"),
+    ("raw-intl", "intl", "dict"),
+    ("plain-intl", "intl", "dict"),
+    ("demo", "nb", "demo"),
+    ("demo-plain", "nb", "demo"),
+    ("demo-intl", "intl", "demo"),
+    ("demo-plain-intl", "intl", "demo"),
+)
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+async def server_cpu_rows(directory: Path, rounds: int) -> tuple[dict[str, int], list[ServerCpuRow]]:
     from fastmcp import Client
 
-    path = generate_notebook_of_size(directory / "cpu-5mb.ipynb", 5 * MB, seed=7)
+    cpu = directory / "cpu"
+    cpu.mkdir(exist_ok=True)
+    path = generate_notebook_of_size(cpu / "nb.ipynb", 5 * MB, seed=7)
     # The generated notebook has a few non-ASCII characters (×), as real ones do. A full read tags the
-    # JSON FastMCP wrote when that text is ASCII (a copy to encode), else the value itself (a walk and
-    # an orjson serialisation), so both kinds are measured.
-    ascii_path = directory / "cpu-5mb-ascii.ipynb"
-    ascii_path.write_text(path.read_text(encoding="utf-8").replace("×", "x"), encoding="utf-8")
-    modes = ("raw", "content", "plain", "raw-ascii", "plain-ascii")
-    per_round: dict[str, list[float]] = {f"{m}/{k}": [] for m in modes for k in ("full", "match")}
-    servers = {mode: _cpu_server(ascii_path if mode.endswith("-ascii") else path, mode) for mode in modes}
+    # JSON FastMCP wrote (its text when ASCII, else its object written by orjson), so three kinds of text
+    # are measured: as generated, ASCII only, and mostly non-ASCII.
+    notebooks = {
+        "nb": path,
+        "ascii": cpu / "ascii.ipynb",
+        "intl": non_ascii_copy(path, cpu / "intl.ipynb"),
+    }
+    notebooks["ascii"].write_text(path.read_text(encoding="utf-8").replace("×", "x"), encoding="utf-8")
+    servers: dict[str, tuple[FastMCP, _CpuMeter]] = {}
+    arguments: dict[str, dict[str, str]] = {}
+    for mode, notebook, tool in _CPU_MODES:
+        if tool == "demo":
+            servers[mode] = _demo_cpu_server(cpu, stamped="plain" not in mode)
+            arguments[mode] = {"path": notebooks[notebook].name}
+        else:
+            servers[mode] = _cpu_server(notebooks[notebook], mode.split("-")[0])
+            arguments[mode] = {"name": "x"}
+    modes = [mode for mode, _, _ in _CPU_MODES]
+    stamped = [mode for mode in modes if "plain" not in mode]
+    # Each row's two sides are called alternately, call by call, so that both see the same load on a
+    # machine shared with other work; a side is "MODE/full" (no tag) or "MODE/match" (the current tag).
+    rows = (
+        ("full read: stamped (raw tag) ÷ not stamped", "raw/full", "plain/full"),
+        ("full read: stamped (content tag) ÷ not stamped", "content/full", "plain/full"),
+        ("ASCII-only notebook, full read: stamped (raw tag) ÷ not stamped", "raw-ascii/full", "plain-ascii/full"),
+        ("mostly non-ASCII notebook, full read: stamped (raw tag) ÷ not stamped", "raw-intl/full", "plain-intl/full"),
+        ("demo server (TypedDict), full read: stamped ÷ not stamped", "demo/full", "demo-plain/full"),
+        ("demo server, mostly non-ASCII notebook: stamped ÷ not stamped", "demo-intl/full", "demo-plain-intl/full"),
+        ("full read ÷ matching conditional call, raw path", "plain/full", "raw/match"),
+        ("full read ÷ matching conditional call, content path", "plain/full", "content/match"),
+        ("matching conditional call: content path ÷ raw path", "content/match", "raw/match"),
+    )
+    per_round: dict[tuple[str, str], list[float]] = {(label, side): [] for label, *sides in rows for side in sides}
     async with AsyncExitStack() as stack:
         clients = {mode: await stack.enter_async_context(Client(servers[mode][0])) for mode in modes}
         tags: dict[str, str] = {}
-        for mode in ("raw", "content", "raw-ascii"):
-            first = await clients[mode].call_tool("read_notebook", {"name": "x"})
-            tags[mode] = (first.meta or {})[META_KEY]["etag"]
+        for mode in modes:
+            first = await clients[mode].call_tool("read_notebook", arguments[mode])
+            if mode in stamped:
+                tags[mode] = (first.meta or {})[META_KEY]["etag"]
         assert tags["raw"] != tags["content"]
+
+        async def call(side: str) -> float:
+            mode, kind = side.split("/")
+            meter = servers[mode][1]
+            meter.samples.clear()
+            meta = conditional_request_meta(tags[mode]) if kind == "match" else None
+            result = await clients[mode].call_tool("read_notebook", arguments[mode], meta=meta)
+            assert ((result.meta or {}).get(META_KEY) or {}).get("notModified") is (True if meta else None)
+            return meter.samples[-1]
+
         for _ in range(rounds):
-            for mode in modes:
-                meter = servers[mode][1]
-                meter.samples.clear()
+            for label, top, bottom in rows:
+                samples: dict[str, list[float]] = {top: [], bottom: []}
                 for _ in range(SERVER_CALLS):
-                    await clients[mode].call_tool("read_notebook", {"name": "x"})
-                per_round[f"{mode}/full"].append(statistics.median(meter.samples))
-                if mode.startswith("plain"):
-                    continue
-                meter.samples.clear()
-                meta = conditional_request_meta(tags[mode])
-                for _ in range(SERVER_CALLS):
-                    again = await clients[mode].call_tool("read_notebook", {"name": "x"}, meta=meta)
-                    assert (again.meta or {})[META_KEY].get("notModified") is True
-                per_round[f"{mode}/match"].append(statistics.median(meter.samples))
+                    for side in (top, bottom):
+                        samples[side].append(await call(side))
+                for side in (top, bottom):
+                    per_round[(label, side)].append(statistics.median(samples[side]))
 
     def row(label: str, top: str, bottom: str) -> ServerCpuRow:
-        ratios = [a / b for a, b in zip(per_round[top], per_round[bottom], strict=True)]
+        tops, bottoms = per_round[(label, top)], per_round[(label, bottom)]
+        ratios = [a / b for a, b in zip(tops, bottoms, strict=True)]
+        differences = [(a - b) * 1e3 for a, b in zip(tops, bottoms, strict=True)]
         return ServerCpuRow(
             label,
             statistics.median(ratios),
-            min(ratios),
-            max(ratios),
-            statistics.median(per_round[top]) * 1e3,
-            statistics.median(per_round[bottom]) * 1e3,
+            _percentile(ratios, 0.1),
+            _percentile(ratios, 0.9),
+            statistics.median(tops) * 1e3,
+            statistics.median(bottoms) * 1e3,
+            statistics.median(differences),
+            _percentile(differences, 0.1),
+            _percentile(differences, 0.9),
         )
 
-    return path.stat().st_size, [
-        row("full read: stamped (raw tag) ÷ not stamped", "raw/full", "plain/full"),
-        row("full read: stamped (content tag) ÷ not stamped", "content/full", "plain/full"),
-        row("ASCII-only notebook, full read: stamped (raw tag) ÷ not stamped", "raw-ascii/full", "plain-ascii/full"),
-        row("full read ÷ matching conditional call, raw path", "plain/full", "raw/match"),
-        row("full read ÷ matching conditional call, content path", "plain/full", "content/match"),
-        row("matching conditional call: content path ÷ raw path", "content/match", "raw/match"),
-    ]
+    sizes = {name: notebook.stat().st_size for name, notebook in notebooks.items()}
+    return sizes, [row(*spec) for spec in rows]
 
 
-def render_server_cpu(notebook: int, rows: list[ServerCpuRow]) -> str:
+def render_server_cpu(notebooks: dict[str, int], rows: list[ServerCpuRow]) -> str:
+    sizes = ", ".join(f"{name} {_bytes(size)}" for name, size in notebooks.items())
     out = [
         "",
-        f"### Server CPU per call, {_bytes(notebook)} notebook, FastMCP in process "
-        f"(median of {SERVER_CALLS} calls per round; ratio: median (min..max) over rounds)",
+        f"### Server CPU per call, notebooks {sizes}, FastMCP in process "
+        f"(median of {SERVER_CALLS} calls per round; ratio: median (p10..p90) over rounds)",
         "",
-        "| measure | ratio | numerator, ms | denominator, ms |",
-        "|---|---|---|---|",
+        "| measure | ratio | numerator, ms | denominator, ms | difference, ms |",
+        "|---|---|---|---|---|",
     ]
     for r in rows:
         out.append(
             f"| {r.measure} | **{r.median_ratio:.2f}×** ({r.low:.2f}..{r.high:.2f}) "
-            f"| {r.numerator_ms:.1f} | {r.denominator_ms:.1f} |"
+            f"| {r.numerator_ms:.1f} | {r.denominator_ms:.1f} "
+            f"| {r.difference_ms:+.1f} ({r.difference_low_ms:+.1f}..{r.difference_high_ms:+.1f}) |"
         )
     return "\n".join(out)
 
@@ -460,7 +560,7 @@ def render(info: dict[str, str], stamps: list[StampRow], wire_notebook: int, wir
     return "\n".join(out)
 
 
-async def run(quick: bool, server_stderr: TextIO, server_cpu_only: bool = False) -> dict[str, Any]:
+async def run(quick: bool, server_stderr: TextIO, server_cpu_only: bool = False, rounds: int = 0) -> dict[str, Any]:
     info = machine()
     with tempfile.TemporaryDirectory(prefix="mcpcache-bench-") as tmp:
         directory = Path(tmp)
@@ -472,10 +572,14 @@ async def run(quick: bool, server_stderr: TextIO, server_cpu_only: bool = False)
             print(f"stamping {sample.label} ({runs} runs)...", file=sys.stderr)
             stamps.append(stamp_row(sample, runs))
         print("server CPU per call...", file=sys.stderr)
-        cpu_notebook, cpu_rows = await server_cpu_rows(directory, 3 if quick else SERVER_ROUNDS)
+        cpu_notebook, cpu_rows = await server_cpu_rows(directory, rounds or (3 if quick else SERVER_ROUNDS))
         if server_cpu_only:
             print(render_server_cpu(cpu_notebook, cpu_rows))
-            return {"machine": info, "server_cpu": [asdict(row) for row in cpu_rows]}
+            return {
+                "machine": info,
+                "server_cpu_notebooks": cpu_notebook,
+                "server_cpu": [asdict(row) for row in cpu_rows],
+            }
         print("wire bytes over stdio...", file=sys.stderr)
         wire_notebook, wires = await wire_rows(directory, server_stderr)
     print(render(info, stamps, wire_notebook, wires))
@@ -494,10 +598,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a tenth of the runs (smoke test)")
     parser.add_argument("--json", type=Path, help="also write the raw numbers here")
     parser.add_argument("--server-cpu", action="store_true", help="only the server CPU per call section")
+    parser.add_argument("--rounds", type=int, default=0, help=f"rounds of the server CPU section ({SERVER_ROUNDS})")
     args = parser.parse_args()
     # The servers log their start on stderr; that is not part of the report.
     with open(os.devnull, "w") as server_stderr:
-        results = anyio.run(run, args.quick, server_stderr, args.server_cpu)
+        results = anyio.run(run, args.quick, server_stderr, args.server_cpu, args.rounds)
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
 

@@ -28,6 +28,9 @@ from mcpcache.etag import (
     format_tag,
     meta_without_block,
     parse_etag,
+    parsed_raw_tag_sized,
+    raw_domain,
+    raw_tag_sized,
     tag_of_bytes,
     validator_tag,
     weak_equal,
@@ -257,6 +260,25 @@ def test_the_streamed_tag_is_the_hash_of_one_sorted_dump(
     assert content_tag(content, structured, meta) == format_tag(
         xxhash.xxh3_128_hexdigest(orjson.dumps(document, option=orjson.OPT_SORT_KEYS))
     )
+
+
+@property_test
+@given(st.dictionaries(st.text(max_size=8), json_values, max_size=6) | json_values)
+def test_a_raw_tag_streamed_piece_by_piece_is_the_hash_of_one_dump(value: Any) -> None:
+    """The raw value's JSON is fed to xxh3 in pieces (no multi-megabyte buffer); it hashes the same bytes
+    as one `orjson.dumps`, with or without the walk that proves the value exact."""
+    domain = raw_domain(tool="t")
+    data = orjson.dumps(value)
+    expected = (format_tag(xxhash.xxh3_128_hexdigest(domain + data)), len(data))
+    assert parsed_raw_tag_sized(domain, value) == expected
+    assert raw_tag_sized(domain, value) == expected
+
+
+def test_a_parsed_value_with_an_integer_beyond_64_bits_has_no_raw_tag() -> None:
+    with pytest.raises(CanonicalizationError):
+        parsed_raw_tag_sized(b"d", {"a": [1, {"b": 2**64}]})
+    with pytest.raises(CanonicalizationError):
+        raw_tag_sized(b"d", {"a": [1, {"b": 2**64}]})
 
 
 @property_test

@@ -93,5 +93,12 @@ def gateway(
     say(f"  store: {store_text}; auth: {settings.auth.kind}")
     keep_alive = {"timeout_keep_alive": KEEP_ALIVE_S}
     server.run(
-        transport="http", host=serve.host, port=bound, path=serve.path, show_banner=False, uvicorn_config=keep_alive
+        transport="http",
+        host=serve.host,
+        port=bound,
+        path=serve.path,
+        show_banner=False,
+        uvicorn_config=keep_alive,
+        # None leaves FastMCP's own setting (FASTMCP_JSON_RESPONSE) in charge, as before the key existed.
+        json_response=True if serve.json_response else None,
     )

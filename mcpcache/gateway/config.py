@@ -241,6 +241,9 @@ class ServeSettings(_Strict):
     instructions: str | None = None
     """What the gateway tells callers' models about itself (upstreams' own instructions are not forwarded)."""
     meta_key: str = META_KEY
+    json_response: bool = Field(default=False, strict=True)
+    """Answer every request with one JSON body instead of an event stream: less CPU per call, but no progress
+    notification and no request of the upstream's (sampling, elicitation) reaches the caller during a call."""
 
     @field_validator("path")
     @classmethod

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, assert_never
 
@@ -58,6 +59,7 @@ from mcpcache.gateway.decisions import (
     read_upstream,
 )
 from mcpcache.gateway.deltas import GatewayDeltas
+from mcpcache.gateway.front import FrontHit, FrontTier, front_key
 from mcpcache.protocol import (
     META_KEY,
     NO_CONDITIONS,
@@ -107,6 +109,7 @@ class PartitionCaches:
         partitions: int,
         keep_stale_s: float = DEFAULT_KEEP_STALE_S,
         max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.meta_key = meta_key
@@ -114,6 +117,9 @@ class PartitionCaches:
         self.max_answer_bytes = max_answer_bytes
         self.keep_stale_s = keep_stale_s
         self._caches: LRUCache[str, ToolCache] = LRUCache(maxsize=partitions)
+        self.front = FrontTier(decoded_bytes // 4) if decoded_bytes > 0 else None
+        """Fresh hits this replica serves again without asking the store, for up to a second (`front`)."""
+        self.clock = clock
 
     def get(self, partition: str) -> ToolCache:
         cache = self._caches.get(partition)
@@ -456,12 +462,21 @@ class GatewayMiddleware(Middleware):
                 assert_never(plan)
 
     async def _through_store(self, leg: _Leg, partition: str, era: str, conditions: Conditions) -> ToolResult:
-        assert self.caches is not None
+        caches = self.caches
+        assert caches is not None
         route = leg.route
         requested = conditions.etag
+        arguments = leg.context.message.arguments
+        front = caches.front
+        key = front_key(partition, route.server_id, era, route.tool, arguments) if front is not None else None
+        if front is not None and key is not None:
+            held = front.get(key, caches.clock())
+            if isinstance(held, FrontHit):
+                logger.debug("tool %r: front: fresh_hit (%s)", route.public_name, held.reason)
+                return await self._from_store(leg, partition, era, conditions, held.result, held.fresh_for_ms)
         conn = _UpstreamConnection(leg, era, requested, self.meta_key)
         try:
-            result, outcome = await self.caches.get(partition).execute(conn, route.tool, leg.context.message.arguments)
+            result, outcome = await caches.get(partition).execute(conn, route.tool, arguments)
         except _NotAToolAnswer as other:
             return other.result
         except _CallersCopyConfirmed as confirmed:
@@ -470,10 +485,27 @@ class GatewayMiddleware(Middleware):
                 return confirmed.reply
             return await leg.answer(requested)
         logger.debug("tool %r: store: %s (%s)", route.public_name, outcome.status, outcome.reason)
+        if front is not None and key is not None:
+            front.record(key, result, outcome, caches.clock())
+        fresh_for = outcome.fresh_for_ms if outcome.status == "fresh_hit" else None
+        return await self._from_store(leg, partition, era, conditions, result, fresh_for)
+
+    async def _from_store(
+        self,
+        leg: _Leg,
+        partition: str,
+        era: str,
+        conditions: Conditions,
+        result: mt.CallToolResult,
+        fresh_for: int | None,
+    ) -> ToolResult:
+        """An answer from the store, stamped for a caller with `conditions` (a not-modified reply, a delta, or
+        the answer), with what is left of its freshness (`fresh_for`, a fresh hit's) as its ttl."""
+        requested = conditions.etag
         block = reply_block(result.meta, self.meta_key)
         if result.is_error or block is None:
             return _as_tool_result(result)
-        fresh_for = outcome.fresh_for_ms if outcome.status == "fresh_hit" else None
+        route = leg.route
         policy = CachePolicy(
             ttl_ms=client_ttl_ms(block.ttl_ms, fresh_for) or 0,
             scope=block.cache_scope,

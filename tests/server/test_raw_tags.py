@@ -11,6 +11,7 @@ import dataclasses
 import sys
 from typing import Annotated, Any, Required
 
+import orjson
 import pytest
 from fastmcp import FastMCP
 from fastmcp.tools.base import Tool, ToolResult
@@ -23,7 +24,7 @@ from support.tags import tag_of
 from support.transports import MODERN, ServerTarget, stock_client
 from typing_extensions import TypedDict
 
-from mcpcache.etag import RAW_DOMAIN, content_tag, exact_json, raw_domain, raw_tag
+from mcpcache.etag import RAW_DOMAIN, content_tag, exact_json, raw_domain, raw_json_tag, raw_tag
 from mcpcache.protocol import META_KEY
 from mcpcache.server.fastmcp import RawTaggedTool, install, raw_tag_domain
 from mcpcache.server.policies import CachePolicy, ToolPolicies
@@ -407,6 +408,19 @@ def test_fastmcp_writes_an_exact_value_as_orjson_does(document: dict[str, Any], 
         assert _converted_text(tool, value).encode() == exact_json(value)
 
 
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(st.text(max_size=5), JSON, max_size=4))
+def test_orjson_writes_the_converted_object_as_fastmcp_wrote_its_text(document: dict[str, Any]) -> None:
+    """A full read whose text is not ASCII hashes orjson's JSON of the structured object FastMCP built
+    (encoding the text would cost more): the two must be the same bytes."""
+
+    def as_dict() -> dict[str, Any]:
+        return document
+
+    result = Tool.from_function(as_dict).convert_result(document)
+    assert orjson.dumps(result.structured_content) == _converted_text(Tool.from_function(as_dict), document).encode()
+
+
 TRICKY: list[Any] = [
     {"f": [0.1, 1e16, 1e-7, -0.0, 5e-324, 1.7976931348623157e308, 123456789012345680.0]},
     {"s": '\u2028\x00\x1f\x7f"\\/é😀', "é": {"": []}},
@@ -491,3 +505,58 @@ async def test_a_string_and_the_value_it_spells_never_share_a_tag(before: Any, a
         again = await call_conditional(client, "read_any", {"key": "k"}, tag)
         assert not is_not_modified(again)
         assert wire(again) == wire(second)
+
+
+TEXTS = {
+    "ascii": "plain text",
+    "latin-1": "caf\u00e9 \u00d7 na\u00efve",
+    "greek and cjk": "\u03b1\u03b2\u03b3 \u65e5\u672c\u8a9e",
+    "beyond the bmp": "emoji \U0001f600 and \U00010348",
+}
+
+
+@pytest.mark.parametrize("text", TEXTS.values(), ids=TEXTS.keys())
+async def test_a_full_read_tags_the_converted_json_without_serialising_the_value_again(
+    state: dict[str, Any], conversions: Spy, monkeypatch: pytest.MonkeyPatch, text: str
+) -> None:
+    """ASCII or not, a plain call's tag comes from what FastMCP built (its text, or its object written
+    by orjson), never from a second walk and serialisation of the return value, and it is the tag a
+    conditional call computes from that value."""
+    from mcpcache.server.fastmcp import raw_tags
+
+    raw_serialisations = Spy()
+    original = raw_tags.raw_tag_sized
+
+    def counting(domain: bytes, value: Any) -> tuple[str, int]:
+        raw_serialisations.calls += 1
+        return original(domain, value)
+
+    monkeypatch.setattr(raw_tags, "raw_tag_sized", counting)
+    state["value"] = {"kind": "doc", "text": text, "lines": [text] * 3, "n": 1.5}
+    server = build_server(state)
+    async with stock_client("mcp", ServerTarget.memory(server), MODERN) as client:
+        first = await call_stock(client, "read", {"key": "k"})
+        assert raw_serialisations.calls == 0
+        tag = block_of(first).etag  # type: ignore[union-attr]
+        assert tag == raw_tag(raw_tag_domain(await server.get_tool("read")), state["value"])  # type: ignore[arg-type]
+        reply = await call_conditional(client, "read", {"key": "k"}, tag)
+        assert is_not_modified(reply)
+        assert conversions.calls == 1  # the match needed no conversion
+        assert raw_serialisations.calls == 1
+
+
+async def test_an_integer_beyond_64_bits_in_a_non_ascii_answer_is_tagged_from_its_text(
+    state: dict[str, Any], conversions: Spy
+) -> None:
+    """orjson cannot write it, so the text FastMCP wrote is encoded; both calls name one version."""
+    state["value"] = {"kind": "doc", "text": "caf\u00e9", "big": 2**70}
+    server = build_server(state)
+    async with stock_client("mcp", ServerTarget.memory(server), MODERN) as client:
+        first = await call_stock(client, "read", {"key": "k"})
+        tag = block_of(first).etag  # type: ignore[union-attr]
+        text = first.content[0].text  # type: ignore[union-attr]
+        assert tag == raw_json_tag(raw_tag_domain(await server.get_tool("read")), text.encode())  # type: ignore[arg-type]
+        assert is_not_modified(await call_conditional(client, "read", {"key": "k"}, tag))
+        state["value"] = {"kind": "doc", "text": "caf\u00e9", "big": 2**70 + 1}
+        changed = await call_conditional(client, "read", {"key": "k"}, tag)
+        assert changed.structured_content == {"kind": "doc", "text": "caf\u00e9", "big": 2**70 + 1}

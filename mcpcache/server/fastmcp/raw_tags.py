@@ -32,6 +32,7 @@ from mcpcache.etag import (
     CanonicalizationError,
     canonical_json,
     content_tag_sized,
+    parsed_raw_tag_sized,
     raw_domain,
     raw_json_tag,
     raw_tag_sized,
@@ -244,8 +245,8 @@ def _converted(tool: FunctionTool, tagging: BelowTagging, raw_value: Any) -> Too
     if built or is_prefab_app(raw_value) or is_prefab_component(raw_value):
         return result  # built by the tool, or a Prefab app (whose text is a placeholder): no such promise
     wrapped = bool((tool.output_schema or {}).get(_WRAP_KEY))
-    text = _value_json_text(result, wrapped=wrapped)
-    if text is not None and text.startswith("{"):
+    written = _value_json(result, wrapped=wrapped)
+    if written is not None and written[0].startswith("{"):
         tagging.structured_in_text = "wrapped" if wrapped else "plain"
     return result
 
@@ -272,32 +273,26 @@ def _converted_then_tagged(tool: FunctionTool, tagging: BelowTagging, domain: by
     """
     result = _converted(tool, tagging, raw_value)
     tagging.converted = True
-    text = None
+    written = None
     if type(raw_value) is dict and _annotation_name(tool.return_type) in _SERIALISED_AS_ANY:
-        text = _value_json_text(result, wrapped=bool((tool.output_schema or {}).get(_WRAP_KEY)))
-    if text is not None and text.isascii():
-        data = text.encode()  # an ASCII str encodes as a copy
-        tag, size = raw_json_tag(domain, data), len(data)
+        written = _value_json(result, wrapped=bool((tool.output_schema or {}).get(_WRAP_KEY)))
+    if written is not None:
+        tag, size = _written_tag(domain, *written)
     else:
-        # Any other text goes through CPython's per-character UTF-8 encoder, slower (7.7 ms at 5 MB) than
-        # orjson's walk and serialisation of an exact value (about 6 ms); the text only when it is not exact.
         try:
             tag, size = raw_tag_sized(domain, raw_value)
         except CanonicalizationError as exc:
-            if text is None:
-                tagging.reason = f"the return value has no exact JSON form ({exc}); the answer is hashed"
-                return result
-            data = text.encode()
-            tag, size = raw_json_tag(domain, data), len(data)
+            tagging.reason = f"the return value has no exact JSON form ({exc}); the answer is hashed"
+            return result
     reply = tagging.decide(tag, result.structured_content, size=size)
     if reply is not None:
         return ToolResult(content=[], structured_content=reply.structured_content, meta=reply.meta)
     return result
 
 
-def _value_json_text(result: ToolResult, *, wrapped: bool) -> str | None:
-    """The text block of FastMCP's conversion of a returned dict when it is the JSON of the structured
-    object, else None (a block or `_meta` of another shape: the raw value's own JSON is used)."""
+def _value_json(result: ToolResult, *, wrapped: bool) -> tuple[str, dict[str, Any]] | None:
+    """(the text block, the structured object it is the JSON of) of FastMCP's conversion of a returned
+    dict, or None (a block or `_meta` of another shape: the raw value's own JSON is used)."""
     structured = result.structured_content
     if result.is_error or type(structured) is not dict or len(result.content) != 1:
         return None
@@ -309,7 +304,23 @@ def _value_json_text(result: ToolResult, *, wrapped: bool) -> str | None:
     value = structured.get("result") if wrapped else structured
     if wrapped and len(structured) != 1:
         return None
-    return block.text if type(value) is dict else None
+    return (block.text, value) if type(value) is dict else None
+
+
+def _written_tag(domain: bytes, text: str, value: dict[str, Any]) -> tuple[str, int]:
+    """The tag in `domain` of `text`, which FastMCP wrote as the JSON of `value`, and its length.
+
+    Hashed from `value`, written by orjson piece by piece (`parsed_raw_tag_sized`): FastMCP parsed it from
+    JSON, so it holds only exact JSON types and needs no walk to prove it, and orjson writes such a value
+    as FastMCP wrote the text (pinned by a test). Cheaper than the text itself, which would have to be
+    encoded to UTF-8 first (a multi-megabyte copy, and CPython's per-character encoder for any text that
+    is not ASCII: about 4 ms for a 5 MB notebook with a handful of non-ASCII characters).
+    """
+    try:
+        return parsed_raw_tag_sized(domain, value)
+    except CanonicalizationError:  # an integer beyond 64 bits, which only the text can spell
+        data = text.encode()
+        return raw_json_tag(domain, data), len(data)
 
 
 @functools.cache

@@ -12,9 +12,10 @@ that was sent (`update_meta(if_tag=...)`). The caller is always served the copy 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import replace
 from enum import Enum
 from types import TracebackType
@@ -24,6 +25,7 @@ import anyio
 from cachetools import LRUCache
 from mcp_types import CallToolResult, TextContent
 
+from mcpcache.client.background import Ahead, Deferred
 from mcpcache.client.contracts import Connection
 from mcpcache.client.entries import (
     TOOLS_GROUP,
@@ -74,7 +76,7 @@ from mcpcache.client.tier import DecodedTier, copy_result, hold
 from mcpcache.client.views import view_of
 from mcpcache.etag import CanonicalizationError
 from mcpcache.protocol import META_KEY, conditional_request_meta, parse_cache_block
-from mcpcache.stores.base import Match, Store, body_checksum
+from mcpcache.stores.base import Item, Match, Store, body_checksum
 from mcpcache.stores.opening import TOOLS_FILE, default_store
 from mcpcache.telemetry import annotate_current_span
 
@@ -119,14 +121,22 @@ class _Unserved(Enum):
 
 
 class _Looked:
-    """What one lookup found, when freshness last ended, and what the policy says to do."""
+    """What one lookup found, when freshness last ended, and what the policy says to do; `peek`: the store's
+    metadata read still running, for a revalidation sent before it answered (see `ToolCache._known_stale`)."""
 
-    __slots__ = ("decision", "ended_at", "found")
+    __slots__ = ("decision", "ended_at", "found", "peek")
 
-    def __init__(self, found: Found | None, ended_at: float | None, decision: ServeFresh | Revalidate | Fetch):
+    def __init__(
+        self,
+        found: Found | None,
+        ended_at: float | None,
+        decision: ServeFresh | Revalidate | Fetch,
+        peek: asyncio.Task[list[Item | None] | None] | None = None,
+    ):
         self.found = found
         self.ended_at = ended_at
         self.decision = decision
+        self.peek = peek
 
 
 class ToolCache:
@@ -150,7 +160,15 @@ class ToolCache:
         neither stored nor held decoded (its outcome says so).
     decoded_tier_bytes: how many bytes of stored answers (counted as stored) this process keeps decoded in
         front of the store (see `mcpcache.client.tier`); 0 keeps none; None (the default) is
-        `max_answer_bytes`, so any answer the cache stores can be held. Every serve is a private copy.
+        `max_answer_bytes`, so any answer the cache stores can be held. Every serve is a private copy,
+        unless `read_only_views`.
+    read_only_views: serve the answer the decoded tier holds itself, not a private copy of it (and hold a
+        full answer as it was returned, not a copy). Off by default. It saves the copy (about 0.5-2.5 ms for
+        a 10 MB notebook answer, 10-15 us for 1 KB), and costs the caller a promise: nothing reachable from
+        a result (its content blocks, structured content, `_meta`, FastMCP's `.data`) is ever changed, by
+        the caller or anything it hands the result to. The SDK's models are mutable, so nothing enforces
+        it: a change is served to every later caller of this cache in this process until the entry is
+        replaced or evicted (the store's copy is not affected).
     """
 
     def __init__(
@@ -168,6 +186,7 @@ class ToolCache:
         store_deadline_per_mb_s: float = DEFAULT_STORE_SECONDS_PER_MB,
         max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
         decoded_tier_bytes: int | None = None,
+        read_only_views: bool = False,
         clock: Clock = time.time,
     ) -> None:
         if not isinstance(partition, str):
@@ -189,6 +208,9 @@ class ToolCache:
         self.clock = clock
         self.stats = CacheStats()
         self._tier = DecodedTier(max_answer_bytes if decoded_tier_bytes is None else decoded_tier_bytes)
+        self.read_only_views = read_only_views
+        self._deferred = Deferred.of(self.store)
+        """Store writes started beside the calls that asked for them (see `mcpcache.client.background`)."""
         self._flights = Flights()
         self._validated: LRUCache[tuple[str, str, str], None] = LRUCache(maxsize=4096)
         """Stored answers this process has already checked against the client's output schemas, by (key,
@@ -309,8 +331,15 @@ class ToolCache:
 
         return cached_entries(self.store, server=server, tool=tool, clock=self.clock)
 
+    async def flush(self) -> None:
+        """Wait for the store writes this cache started beside its calls (a revalidation records the server's
+        confirmation after the answer is returned). `close()` does it too."""
+        await self._deferred.flush()
+
     async def close(self) -> None:
-        """Close the store if this cache opened it (the default SQLite file); a store you passed stays open."""
+        """Wait for this cache's pending store writes (`flush`), then close the store if this cache opened it
+        (the default SQLite file); a store you passed stays open."""
+        await self.flush()
         if self._owns_store:
             await self.store.close()
 
@@ -365,6 +394,9 @@ class ToolCache:
         replaced = 0
         while True:
             landed = self._flights.landed(key)
+            known = self._known_stale(identity, key) if mode == "use" else None
+            if known is not None:
+                return await self._lead(conn, identity, key, mode, True, user_meta, known, deadline)
             looked = await self._look(identity, key, mode)
             if isinstance(looked.decision, ServeFresh):
                 served = await self._serve_fresh(looked)
@@ -442,6 +474,40 @@ class ToolCache:
         _annotate_span(identity, outcome)
         return result, outcome
 
+    def _known_stale(self, identity: CallIdentity, key: str) -> _Looked | None:
+        """A revalidation decided without waiting for the store, or None to look the ordinary way.
+
+        When the decoded tier holds the call's answer and what this process knows of its entry already makes it
+        stale, nothing the store holds can make serving it without asking right: another process's marks only
+        end freshness, and a newer answer stored meanwhile is what the server's reply will tell about anyway
+        (a not-modified reply confirms the copy whose tag was sent; a full answer replaces the entry). So the
+        conditional request goes out at once, and the store's metadata is read while it is in flight: if the
+        entry went from the store meanwhile (invalidated or cleared by another process, or evicted), the
+        server's confirmation is not served and the call asks again without the tag, as it would have. What
+        this costs: a call that another process's fresher entry could have answered without a request sends
+        one. Only with no identical call in flight (joining one needs the store's word on freshness) and a
+        store that is being asked (an open circuit makes every lookup a miss).
+        """
+        known = self._tier.known(key)
+        if known is None or self._flights.current(key) is not None or self._store.circuit_open:
+            return None
+        held, entry = known
+        if entry.etag is None:
+            return None
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return None
+        mark_key, call_mark = identity.mark_key(), identity.call_mark_key()
+        ended = self._ended_here(mark_key, call_mark)
+        decision = decide_lookup("use", entry, self.clock(), ended)
+        if not isinstance(decision, Revalidate):
+            return None
+        item = Item(meta={}, body=b"", group=TOOLS_GROUP, tag=held.tag, checksum=held.checksum)
+        found = Found(key, "private", entry, item, held, identity.server, call_mark)
+        peek = loop.create_task(self._store.look([key, mark_key, call_mark], peek=True))
+        return _Looked(found, ended, decision, peek)
+
     async def _look(self, identity: CallIdentity, private_key: str, mode: CacheMode) -> _Looked:
         """The entry this partition may be served (its own arm first, then the shared one), when freshness
         last ended, and what to do about it, all from one round trip to the store for the metadata only.
@@ -452,6 +518,9 @@ class ToolCache:
             arms.append(("public", identity.key("public", share_public=True)))
         mark_key, call_mark = identity.mark_key(), identity.call_mark_key()
         keys = [key for _, key in arms] + [mark_key, call_mark]
+        if self._deferred:
+            for _, key in arms:
+                await self._deferred.settled(key)  # this process reads its own confirmations
         items = await self._store.look(keys, peek=True)
         if items is None:
             # The store did not answer, so a freshness end another cache or process recorded there is
@@ -470,6 +539,8 @@ class ToolCache:
                 continue
             if may_serve(entry, arm, self.share_public):
                 decoded = self._tier.get(key, item.tag, item.checksum)
+                if decoded is not None:
+                    self._tier.note(key, entry)
                 found = Found(key, arm, entry, item, decoded, identity.server, call_mark)
                 break
         server_mark, call_mark_item = items[-2], items[-1]
@@ -494,14 +565,18 @@ class ToolCache:
 
     async def _remove(self, key: str) -> None:
         self._tier.discard(key)
+        await self._deferred.settled(key)
         await self._store.remove(key)
 
-    async def _answer_of(self, found: Found) -> CallToolResult | _Unserved:
-        """A private copy of the stored answer `found` names: from the decoded tier when it holds this version;
-        otherwise its body is loaded (within a deadline scaled to the size the lookup read) and decoded, and
-        the decoding kept in the tier."""
+    async def _answer_of(self, found: Found, ahead: Ahead[CallToolResult] | None = None) -> CallToolResult | _Unserved:
+        """A private copy of the stored answer `found` names (with `read_only_views`, the held answer itself):
+        from the decoded tier when it holds this version (`ahead`: the copy, made while the request was in
+        flight); otherwise its body is loaded (within a deadline scaled to the size the lookup read) and
+        decoded, and the decoding kept in the tier."""
         if found.decoded is not None:
-            return found.decoded.copy()
+            if ahead is not None:
+                return ahead.result()
+            return found.decoded.result if self.read_only_views else found.decoded.copy()
         loaded = await self._store.look([found.key], moving=found.entry.stored_bytes)
         if loaded is None:
             return _Unserved.STORE_FAILED
@@ -518,7 +593,7 @@ class ToolCache:
             stored, body, item.tag, item.checksum, server=found.server_id, call=found.call, answer=found.entry.size
         )
         self._tier.put(found.key, held)
-        return copy_result(stored)
+        return stored if self.read_only_views else copy_result(stored)
 
     async def _serve_fresh(self, looked: _Looked) -> tuple[CallToolResult, CallOutcome] | _Unserved:
         assert looked.found is not None
@@ -565,56 +640,107 @@ class ToolCache:
         store = lookup.store if isinstance(lookup, Fetch) else True
         sent_etag = lookup.etag if isinstance(lookup, Revalidate) else None
         repeated = False
-        while True:
-            requested_at = self.clock()
-            if sent_etag is not None:
-                # Nothing else in the request changes: the caller's `_meta` goes as it would have.
-                request_meta: dict[str, Any] | None = {
-                    **(user_meta or {}),
-                    **conditional_request_meta(sent_etag, self.meta_key),
-                }
-            else:
-                request_meta = user_meta
-            reply = await conn.send(name, args, request_meta, timeout_s)
-            checked = False
-            if reply is None:
-                sent_etag, checked = None, True
-                reply = await conn.send_plain(name, args, user_meta)
-            decision = decide_reply(
-                tool=name,
-                sent_etag=sent_etag,
-                entry=found.entry if found is not None else None,
-                is_error=reply.is_error,
-                block=reply_block(reply.meta, self.meta_key),
-                size=0,  # filled in by _keep, which encodes the answer only if it is kept
-                requested_at=requested_at,
-                received_at=self.clock(),
-                store=store,
-                keep_private=self.keep_private,
-            )
-            match decision:
-                case ServeStored():
-                    assert found is not None
-                    served = await self._serve_stored(conn, name, found, decision, reply, reason)
-                    if served is not None:
-                        return served
-                    # The copy the server confirmed cannot be served: it goes, and the whole answer is asked for.
-                    await self._remove(found.key)
-                    found, why = None, "the stored answer could not be served"
-                case RepeatWithoutTag():
-                    why = decision.reason
-                    if repeated:
-                        logger.warning("tool %r: %s; giving up", name, why)
-                        return _unanswerable(name), CallOutcome(status, False, f"{reason}; {why}")
-                case StoreAnswer() | ReturnUnstored():
-                    if not checked and not reply.is_error:
-                        await conn.validate(name, reply)
-                    return await self._keep(conn, identity, key, found, decision, reply, status, reason)
-                case _:
-                    assert_never(decision)
-            logger.info("tool %r: %s; asking again without a tag", name, why)
-            reason = f"{reason}; {why}; asked again without a tag"
-            repeated, sent_etag = True, None
+        peek = looked.peek
+        try:
+            while True:
+                requested_at = self.clock()
+                if sent_etag is not None:
+                    # Nothing else in the request changes: the caller's `_meta` goes as it would have.
+                    request_meta: dict[str, Any] | None = {
+                        **(user_meta or {}),
+                        **conditional_request_meta(sent_etag, self.meta_key),
+                    }
+                else:
+                    request_meta = user_meta
+                ahead = self._copy_ahead(found if sent_etag is not None else None)
+                try:
+                    reply = await conn.send(name, args, request_meta, timeout_s)
+                except BaseException:
+                    if ahead is not None:
+                        ahead.cancel()
+                    raise
+                checked = False
+                if reply is None:
+                    sent_etag, checked = None, True
+                    reply = await conn.send_plain(name, args, user_meta)
+                if peek is not None:
+                    items, peek = await peek, None
+                    current = self._still_stored(found, items, identity)
+                    if current is not found and ahead is not None:
+                        ahead.cancel()
+                        ahead = None
+                    found = current
+                decision = decide_reply(
+                    tool=name,
+                    sent_etag=sent_etag,
+                    entry=found.entry if found is not None else None,
+                    is_error=reply.is_error,
+                    block=reply_block(reply.meta, self.meta_key),
+                    size=0,  # filled in by _keep, which encodes the answer only if it is kept
+                    requested_at=requested_at,
+                    received_at=self.clock(),
+                    store=store,
+                    keep_private=self.keep_private,
+                )
+                if ahead is not None and not isinstance(decision, ServeStored):
+                    ahead.cancel()
+                match decision:
+                    case ServeStored():
+                        assert found is not None
+                        served = await self._serve_stored(conn, name, found, decision, reply, reason, ahead)
+                        if served is not None:
+                            return served
+                        # The copy the server confirmed cannot be served: it goes, and the whole answer is asked for.
+                        await self._remove(found.key)
+                        found, why = None, "the stored answer could not be served"
+                    case RepeatWithoutTag():
+                        why = decision.reason
+                        if repeated:
+                            logger.warning("tool %r: %s; giving up", name, why)
+                            return _unanswerable(name), CallOutcome(status, False, f"{reason}; {why}")
+                    case StoreAnswer() | ReturnUnstored():
+                        if not checked and not reply.is_error:
+                            await conn.validate(name, reply)
+                        return await self._keep(conn, identity, key, found, decision, reply, status, reason)
+                    case _:
+                        assert_never(decision)
+                logger.info("tool %r: %s; asking again without a tag", name, why)
+                reason = f"{reason}; {why}; asked again without a tag"
+                repeated, sent_etag = True, None
+        finally:
+            if peek is not None:
+                peek.cancel()  # the call failed or was cancelled before the store answered
+
+    def _still_stored(
+        self, found: Found | None, items: list[Item | None] | None, identity: CallIdentity
+    ) -> Found | None:
+        """What a revalidation sent before the store's metadata read answered (`_known_stale`) holds to, once it
+        has: the held copy it sent the tag of while the store still holds that version, or another copy under
+        the same tag; nothing when the entry went (another process invalidated or cleared it, the store dropped
+        it, or the store could not tell), so the server's word alone never serves it, as a lookup would not
+        have. A copy under another tag stays the one the reply is about: the tag sent was its own."""
+        if found is None:
+            return None
+        item = items[0] if items is not None else None
+        if item is None:
+            self._tier.discard(found.key)
+            return None
+        if item.tag != found.item.tag or item.checksum == found.item.checksum:
+            return found
+        # The same tag on another body (another writer's, or a record planted under the key): served, if at
+        # all, as a lookup would have found it, loaded from the store and checked.
+        self._tier.discard(found.key)
+        entry = EntryMeta.from_json(item.meta)
+        if entry is None or entry.tool != identity.tool:
+            return None
+        return Found(found.key, found.arm, entry, item, None, found.server_id, found.call)
+
+    def _copy_ahead(self, found: Found | None) -> Ahead[CallToolResult] | None:
+        """For a revalidation of an answer the decoded tier holds: its private copy, made while the request is
+        in flight (the loop is idle then), when the answer is large enough for that to pay."""
+        if found is None or found.decoded is None or self.read_only_views or found.decoded.size < _COPY_AHEAD_BYTES:
+            return None
+        return Ahead(found.decoded.copy)
 
     def _expires_at(self, meta: EntryMeta) -> float:
         """When the store may drop the entry, on the store's clock (which judges it), not the cache's."""
@@ -664,13 +790,15 @@ class ToolCache:
             await self._remove(found.key)
         self._tier.discard(own)
         item = entry_item(meta, body, self._expires_at(meta), server=readable_server(identity.server))
+        await self._deferred.settled(own)
         stored = await self._store.save(own, item)
         checksum = body_checksum(body)
         if stored and self._tier.admits(len(body)):
-            # Kept decoded as a copy of its own: `reply` is the caller's to change.
-            copy = copy_result(reply)
+            # Kept decoded as a copy of its own: `reply` is the caller's to change (unless it promised not to).
+            copy = reply if self.read_only_views else copy_result(reply)
             held = hold(copy, body, meta.etag, checksum, server=identity.server, call=marks[1], answer=meta.size)
             self._tier.put(own, held)
+            self._tier.note(own, meta)
         if not stored:
             why = "not stored: the store holds a newer answer, or could not take this one"
             return reply, CallOutcome("miss", False, f"{lookup_reason}; {why}")
@@ -686,6 +814,7 @@ class ToolCache:
         decision: ServeStored,
         reply: CallToolResult,
         lookup_reason: str,
+        ahead: Ahead[CallToolResult] | None = None,
     ) -> tuple[CallToolResult, CallOutcome] | None:
         """The copy whose tag was sent, with the fresh block, checked as the client checks any answer; None if
         it cannot be read or fails the check (a corrupt or foreign entry: never served, never a failed call).
@@ -693,7 +822,7 @@ class ToolCache:
         The store keeps the fresher block only if it still holds that copy: another writer may have replaced
         it meanwhile, and the confirmation is about the copy whose tag was sent, not about whatever is there.
         """
-        stored = await self._answer_of(found)
+        stored = await self._answer_of(found, ahead)
         if isinstance(stored, _Unserved):
             return None
         result = merged(stored, decision.block, self.meta_key)
@@ -708,9 +837,16 @@ class ToolCache:
                 return None
             self._validated[checked] = None
         meta = decision.meta
-        await self._store.update_meta(
-            found.key, meta.to_json(), self._expires_at(meta), if_tag=found.item.tag, stamp=meta.requested_at
-        )
+        meta_json, expires_at, tag = meta.to_json(), self._expires_at(meta), found.item.tag
+
+        def record() -> Coroutine[Any, Any, bool]:
+            return self._store.update_meta(found.key, meta_json, expires_at, if_tag=tag, stamp=meta.requested_at)
+
+        # After the answer is returned: the record only feeds other processes and this process's next lookup
+        # of the key (which waits for it), and the store keeps it compare-and-set whenever it lands.
+        await self._deferred.start(found.key, record, "recording a revalidation")
+        if found.item.tag == meta.etag:
+            self._tier.note(found.key, meta)
         saved = max(found.entry.size - len(encode_result(reply)), 0)
         return result, CallOutcome("revalidated", False, f"{lookup_reason}; {decision.reason}", saved)
 
@@ -724,6 +860,10 @@ class ToolCache:
 
 
 _MAX_REMEMBERED = 4096
+
+_COPY_AHEAD_BYTES = 64 * 1024
+"""Held answers of at least this many stored bytes are copied while their revalidation is in flight; below
+it the copy costs less than arranging it."""
 
 _LOOKS_AFTER_A_REPLACEMENT = 3
 """Lookups a call makes while other writers keep replacing the entry under it, before it is a miss."""

@@ -28,6 +28,8 @@ from typing import Any
 from mcp_types import CallToolResult
 from pydantic import BaseModel
 
+from mcpcache.client.policy import EntryMeta
+
 _ATOMS: frozenset[type] = frozenset({str, int, float, bool, type(None), bytes})
 
 _SMALL_NODES = 48
@@ -171,6 +173,8 @@ class DecodedTier:
         self.max_bytes = max_bytes
         self.bytes = 0
         self._held: OrderedDict[str, Decoded] = OrderedDict()
+        self._known: dict[str, EntryMeta] = {}
+        """The entry's metadata as this process last read or wrote it, for held answers (see `known`)."""
 
     def __len__(self) -> int:
         return len(self._held)
@@ -190,6 +194,20 @@ class DecodedTier:
         self._held.move_to_end(key)
         return held
 
+    def known(self, key: str) -> tuple[Decoded, EntryMeta] | None:
+        """The answer held for `key` and its metadata as this process last read or wrote it, if both are
+        known and name the same version (not counted as a use). Only a hint: the store may have moved on."""
+        held = self._held.get(key)
+        meta = self._known.get(key)
+        if held is None or meta is None or meta.etag != held.tag:
+            return None
+        return held, meta
+
+    def note(self, key: str, meta: EntryMeta) -> None:
+        """Remember `meta` as the metadata of the answer held for `key` (nothing when none is held)."""
+        if key in self._held:
+            self._known[key] = meta
+
     def size_of(self, key: str) -> int | None:
         """The bytes as sent of the answer held for `key`, if any (not counted as a use)."""
         held = self._held.get(key)
@@ -206,10 +224,12 @@ class DecodedTier:
         self._held[key] = decoded
         self.bytes += decoded.size
         while self.bytes > self.max_bytes:
-            _, evicted = self._held.popitem(last=False)
+            gone, evicted = self._held.popitem(last=False)
+            self._known.pop(gone, None)
             self.bytes -= evicted.size
 
     def discard(self, key: str) -> None:
+        self._known.pop(key, None)
         held = self._held.pop(key, None)
         if held is not None:
             self.bytes -= held.size
@@ -223,4 +243,5 @@ class DecodedTier:
 
     def clear(self) -> None:
         self._held.clear()
+        self._known.clear()
         self.bytes = 0

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import replace
 from enum import Enum
 from types import TracebackType
@@ -34,7 +34,6 @@ from mcpcache.client.entries import (
     encode_entry,
     encode_result,
     entry_item,
-    mark_item,
     merged,
     stored_size_at_least,
 )
@@ -46,6 +45,7 @@ from mcpcache.client.fence import (
 )
 from mcpcache.client.flights import Flights
 from mcpcache.client.keys import Arm, CallIdentity, readable_server
+from mcpcache.client.managing import Managing, remember
 from mcpcache.client.outcomes import CacheStats, CallOutcome, Status
 from mcpcache.client.policy import (
     CACHE_MODES,
@@ -76,7 +76,7 @@ from mcpcache.client.tier import DecodedTier, copy_result, hold
 from mcpcache.client.views import view_of
 from mcpcache.etag import CanonicalizationError
 from mcpcache.protocol import META_KEY, conditional_request_meta, parse_cache_block
-from mcpcache.stores.base import Item, Match, Store, body_checksum
+from mcpcache.stores.base import Item, Store, body_checksum
 from mcpcache.stores.opening import TOOLS_FILE, default_store
 from mcpcache.telemetry import annotate_current_span
 
@@ -86,7 +86,6 @@ if TYPE_CHECKING:
     from mcp import ClientSession
 
     from mcpcache.client.fastmcp import CachedFastMCPClient
-    from mcpcache.client.inventory import CachedEntry
     from mcpcache.client.wrappers import CachedMCPClient, CachedSession
 
 __all__ = ["CacheStats", "CallOutcome", "Connection", "ToolCache"]
@@ -139,7 +138,7 @@ class _Looked:
         self.peek = peek
 
 
-class ToolCache:
+class ToolCache(Managing):
     """A private cache for MCP tool results.
 
     store: where answers are kept (default: a SQLite file in the user's cache directory).
@@ -264,73 +263,6 @@ class ToolCache:
         view = view_of(self, client, server_id)
         return cast("CachedMCPClient | CachedSession | CachedFastMCPClient", view)
 
-    # -- seeing and managing what is cached -----------------------------------------------------------
-
-    async def invalidate(
-        self, tool: str | None = None, arguments: Mapping[str, Any] | None = None, *, server_id: str
-    ) -> None:
-        """Never serve again, without asking the server, what is cached for one call on `server_id` (`tool`
-        with `arguments`; None is no arguments, as in `call_tool`), or with no tool for every call on it.
-
-        Works as a mutation does (see `decide_join`): the freshness of what the call (or the server) has
-        cached in this partition ends now, in this process and in the store, so an answer to a request sent
-        before the invalidation, landing after it, is never served as fresh, and no later call shares such a
-        request. The entries this process can name and their decoded copies are dropped as well (for the
-        server, its entries in every partition), so the next call asks for the whole answer.
-
-        `server_id` is the view's (`cached.server_id`); a view's own `invalidate` fills it in. Like a call,
-        it never raises for a failing store: this process honours the invalidation regardless, and other
-        processes sharing the store learn of it only if the store recorded it.
-        """
-        if tool is None:
-            if arguments is not None:
-                raise TypeError("arguments name one call of a tool: pass the tool as well")
-            await self.end_freshness(server_id)
-            self._tier.discard_if(lambda held: held.server == server_id)
-            # Not under the fence's deadline: a large removal may take longer than one call's store operation
-            # should, and missing it would stop this process using the store for its cooldown. It is not what
-            # makes the invalidation hold (the mark is); a store that fails it is worth a warning only.
-            try:
-                await self.store.remove_matching(Match(TOOLS_GROUP, server=readable_server(server_id)))
-            except Exception:
-                logger.warning("could not remove the entries of %s from the store", server_id, exc_info=True)
-            return
-        identity = CallIdentity(server_id, self.partition, "", tool, dict(arguments or {}))
-        try:
-            call_mark = identity.call_mark_key()
-        except CanonicalizationError:
-            return  # arguments with no canonical form: such a call is never cached
-        now = self.clock()
-        # Recorded here as well as in the store, as `end_freshness` does, and before anything is removed: from
-        # this moment no lookup in this process takes what the call stored, or a flight sent before, as fresh.
-        _remember(self._invalidated, call_mark, max(now, self._invalidated.get(call_mark, now)))
-        self._tier.discard_if(lambda held: held.call == call_mark)
-        await self._store.save_persistently(call_mark, mark_item(now))
-        for server, era, variant in list(self._variants.keys()):
-            if server == server_id:
-                named = CallIdentity(server_id, self.partition, era, tool, identity.arguments, variant)
-                for key in self._keys(named):
-                    await self._remove(key)
-
-    async def clear(self) -> int:
-        """Remove every tool answer the store holds (every server, every partition); returns how many.
-
-        The freshness marks stay, so nothing cached before is ever taken for fresh again, and in this process
-        no call shares a request sent before the clear. A failing store raises: unlike a call, a clear that
-        did not happen must not look as if it had.
-        """
-        self._cleared_at = self.clock()
-        self._tier.clear()
-        self._validated.clear()
-        return await self.store.remove_matching(Match(TOOLS_GROUP))
-
-    def entries(self, *, server: str | None = None, tool: str | None = None) -> AsyncIterator[CachedEntry]:
-        """What the store holds, a page at a time, each as a person reads it (see `mcpcache cache ls`):
-        `server` is an entry's readable server label, as listed."""
-        from mcpcache.client.inventory import cached_entries
-
-        return cached_entries(self.store, server=server, tool=tool, clock=self.clock)
-
     async def flush(self) -> None:
         """Wait for the store writes this cache started beside its calls (a revalidation records the server's
         confirmation after the answer is returned). `close()` does it too."""
@@ -350,13 +282,6 @@ class ToolCache:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
-
-    def _keys(self, identity: CallIdentity) -> list[str]:
-        """The store keys `identity` may be kept under (its own arm, and the shared one when sharing)."""
-        keys = [identity.key("private")]
-        if self.share_public:
-            keys.append(identity.key("public", share_public=True))
-        return keys
 
     # -- the driver ---------------------------------------------------------------------------------
 
@@ -388,8 +313,12 @@ class ToolCache:
             sent = await self._send(conn, identity, "", mode, user_meta, left_alone, conn.timeout_s)
             return self._finish(identity, *sent)
         if (conn.server_id, conn.era, variant) not in self._variants:
-            _remember(self._variants, (conn.server_id, conn.era, variant), None)
+            remember(self._variants, (conn.server_id, conn.era, variant), None)
 
+        if mode == "use":
+            hit = self._fresh_now(identity, key)
+            if hit is not None:
+                return self._finish(identity, *hit)
         deadline = None if conn.timeout_s is None else anyio.current_time() + conn.timeout_s
         replaced = 0
         while True:
@@ -474,6 +403,47 @@ class ToolCache:
         _annotate_span(identity, outcome)
         return result, outcome
 
+    def _fresh_now(self, identity: CallIdentity, key: str) -> tuple[CallToolResult, CallOutcome] | None:
+        """A fresh hit answered without awaiting anything, or None for the ordinary path (which decides every
+        case, this one included, the slower way).
+
+        Only the common case: the store answers from this process's memory (`Store.peek_now`), holds the
+        call's own-arm entry, the decoded tier holds exactly that version, and the entry is fresh by the same
+        rules as ever (the store's marks and this process's). Anything else, including a failing store
+        (whose failure the ordinary path meets and counts) or a confirmation of this key not yet written,
+        goes the ordinary way.
+        """
+        if self._store.circuit_open or self._deferred.pending(key):
+            return None
+        mark_key, call_mark = identity.mark_key(), identity.call_mark_key()
+        try:
+            items = self.store.peek_now([key, mark_key, call_mark])
+        except Exception:
+            return None
+        if items is None or len(items) != 3:
+            return None
+        item, server_mark, call_mark_item = items
+        if item is None:
+            return None
+        held = self._tier.get(key, item.tag, item.checksum)
+        if held is None:
+            return None
+        entry = self._tier.entry_of(key, item.meta)
+        if entry is None or entry.tool != identity.tool:
+            return None
+        ended = freshness_ended_at(
+            self._ended_here(mark_key, call_mark),
+            server_mark.meta.get("endedAt") if server_mark is not None else None,
+            call_mark_item.meta.get("endedAt") if call_mark_item is not None else None,
+        )
+        now = self.clock()
+        decision = decide_lookup("use", entry, now, ended)
+        if not isinstance(decision, ServeFresh):
+            return None
+        result = held.result if self.read_only_views else held.copy()
+        left_ms = max(0, int((entry.fresh_until() - now) * 1000))
+        return result, CallOutcome("fresh_hit", False, decision.reason, entry.size, fresh_for_ms=left_ms)
+
     def _known_stale(self, identity: CallIdentity, key: str) -> _Looked | None:
         """A revalidation decided without waiting for the store, or None to look the ordinary way.
 
@@ -533,7 +503,7 @@ class ToolCache:
             if item is None:
                 self._tier.discard(key)
                 continue
-            entry = EntryMeta.from_json(item.meta)
+            entry = self._tier.entry_of(key, item.meta)
             if entry is None or entry.tool != identity.tool:
                 await self._remove(key)  # not a record this cache wrote for this call
                 continue
@@ -551,22 +521,6 @@ class ToolCache:
         )
         entry = found.entry if found is not None else None
         return _Looked(found, ended, decide_lookup(mode, entry, self.clock(), ended))
-
-    def _ended_here(self, mark_key: str, call_mark: str) -> float | None:
-        """When this process last ended the freshness of a call's entries: a mutation or notification (its
-        server's), an invalidation (its own) or a clear (everything's), whichever came last."""
-        latest = self._ended.get(mark_key)
-        if not self._invalidated and self._cleared_at is None:
-            return latest
-        for at in (self._invalidated.get(call_mark), self._cleared_at):
-            if at is not None and (latest is None or at > latest):
-                latest = at
-        return latest
-
-    async def _remove(self, key: str) -> None:
-        self._tier.discard(key)
-        await self._deferred.settled(key)
-        await self._store.remove(key)
 
     async def _answer_of(self, found: Found, ahead: Ahead[CallToolResult] | None = None) -> CallToolResult | _Unserved:
         """A private copy of the stored answer `found` names (with `read_only_views`, the held answer itself):
@@ -611,16 +565,6 @@ class ToolCache:
         if why is _Unserved.UNREADABLE:
             await self._remove(looked.found.key)
         return _Looked(None, looked.ended_at, Fetch(store=True, reason=f"miss: {why.value}"))
-
-    async def end_freshness(self, server_id: str, era: str | None = None) -> None:
-        """End the freshness of every entry of `server_id` in this partition (their tags stay usable)."""
-        identity = CallIdentity(server_id, self.partition, era or "", "", {})
-        now = self.clock()
-        mark_key = identity.mark_key()
-        # Kept here as well as in the store: a store that fails to save the mark (or loses it to eviction)
-        # must not make this process serve, as fresh, entries the server has since changed.
-        self._ended[mark_key] = max(now, self._ended.get(mark_key, now))
-        await self._store.save_persistently(mark_key, mark_item(now))
 
     async def _send(
         self,
@@ -859,22 +803,12 @@ class ToolCache:
             await self.end_freshness(conn.server_id, conn.era)
 
 
-_MAX_REMEMBERED = 4096
-
 _COPY_AHEAD_BYTES = 64 * 1024
 """Held answers of at least this many stored bytes are copied while their revalidation is in flight; below
 it the copy costs less than arranging it."""
 
 _LOOKS_AFTER_A_REPLACEMENT = 3
 """Lookups a call makes while other writers keep replacing the entry under it, before it is a miss."""
-
-
-def _remember(memory: dict[K, V], key: K, value: V) -> None:
-    """Set `key`, dropping the oldest entries past `_MAX_REMEMBERED`."""
-    memory.pop(key, None)
-    memory[key] = value
-    while len(memory) > _MAX_REMEMBERED:
-        del memory[next(iter(memory))]
 
 
 def _annotate_span(identity: CallIdentity, outcome: CallOutcome) -> None:

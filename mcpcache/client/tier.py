@@ -38,6 +38,9 @@ values (rows of a table) and a pickled copy is cheaper to rebuild than a structu
 strings: notebooks, documents) the structural copy, which shares the strings, is much cheaper."""
 
 
+_PLANNED_BYTES = 16 * 1024
+"""From this many stored bytes up, an answer copied structurally gets a plan of its structured content."""
+
 _FEW_BLOCKS = 4
 """At most this many content blocks beside marshalled structured content: each is copied structurally."""
 
@@ -89,6 +92,36 @@ def _copy_model(model: BaseModel, **copied_fields: Any) -> BaseModel:
     return new
 
 
+_GENERAL = ("general",)
+"""A plan node for a value that is neither a dict nor a list (a model, a tuple): `_copy_value` copies it."""
+
+Plan = tuple[Any, ...]
+"""What `_planned` must copy inside a dict or list: (key or index, plan) for each value that is not an atom
+(an empty plan: a shallow copy is a private copy), or `_GENERAL`."""
+
+
+def _plan_of(value: Any) -> Plan:
+    """The plan of a held value, made once when it is held: where its containers are."""
+    kind = type(value)
+    if kind is dict:
+        return tuple((key, _plan_of(item)) for key, item in value.items() if type(item) not in _ATOMS)
+    if kind is list:
+        return tuple((index, _plan_of(item)) for index, item in enumerate(value) if type(item) not in _ATOMS)
+    return _GENERAL
+
+
+def _planned(value: Any, plan: Plan) -> Any:
+    """A private copy of `value` (which has not changed since `plan` was made of it): its containers copied
+    where the plan says, every atom shared. It visits containers only, never the atoms beside them: about
+    twice as fast as `_copy_value` on a notebook (whose dicts hold mostly strings)."""
+    if plan is _GENERAL:
+        return _copy_value(value)
+    copied = value.copy()
+    for key, inner in plan:
+        copied[key] = _planned(copied[key], inner)
+    return copied
+
+
 def copy_result(result: CallToolResult) -> CallToolResult:
     """A private structural copy of an answer: new containers and models, immutable leaves shared."""
     copied = _copy_model(result)
@@ -118,8 +151,15 @@ class Decoded:
     answer: int = 0
     """The answer's bytes as sent (`EntryMeta.size`), when they differ from `size`: what a caller sharing
     the held answer is told it saved."""
+    plan: Plan | None = None
+    """Where the containers of the structured content are, for answers copied structurally."""
 
     def copy(self) -> CallToolResult:
+        if self.plan is not None:
+            content = _planned(self.result.structured_content, self.plan)
+            copied = _copy_model(self.result, structured_content=content)
+            assert isinstance(copied, CallToolResult)
+            return copied
         if self.marshalled is not None:
             copied = _copy_model(self.result, structured_content=marshal.loads(self.marshalled))
             assert isinstance(copied, CallToolResult)
@@ -146,7 +186,7 @@ def hold(
     answer: int = 0,
 ) -> Decoded:
     """What the tier keeps for `result` (which the caller must not hand out afterwards), stored as `body`."""
-    pickled = marshalled = None
+    pickled = marshalled = plan = None
     if _many_small_values(body):
         if result.structured_content is not None and len(result.content) <= _FEW_BLOCKS:
             # marshal takes only the exact built-in types (what decoded JSON is made of) and rebuilds them
@@ -161,7 +201,9 @@ def hold(
                 pickled = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
             except Exception:  # an answer holding something pickle cannot take: the structural copy serves it
                 pickled = None
-    return Decoded(tag, checksum, len(body), result, pickled, marshalled, server, call, answer)
+    elif type(result.structured_content) is dict and len(body) >= _PLANNED_BYTES:
+        plan = _plan_of(result.structured_content)
+    return Decoded(tag, checksum, len(body), result, pickled, marshalled, server, call, answer, plan)
 
 
 class DecodedTier:
@@ -175,6 +217,8 @@ class DecodedTier:
         self._held: OrderedDict[str, Decoded] = OrderedDict()
         self._known: dict[str, EntryMeta] = {}
         """The entry's metadata as this process last read or wrote it, for held answers (see `known`)."""
+        self._read: dict[str, tuple[object, EntryMeta]] = {}
+        """The stored metadata last parsed for a held answer, with what it parsed to (see `entry_of`)."""
 
     def __len__(self) -> int:
         return len(self._held)
@@ -203,6 +247,17 @@ class DecodedTier:
             return None
         return held, meta
 
+    def entry_of(self, key: str, raw: object) -> EntryMeta | None:
+        """`EntryMeta.from_json(raw)`, for the stored metadata of a held answer: parsed again only when it is
+        not what was parsed last time (comparing two small dicts costs a fraction of checking every field)."""
+        last = self._read.get(key)
+        if last is not None and last[0] == raw:
+            return last[1]
+        entry = EntryMeta.from_json(raw)
+        if entry is not None and key in self._held:
+            self._read[key] = (raw, entry)
+        return entry
+
     def note(self, key: str, meta: EntryMeta) -> None:
         """Remember `meta` as the metadata of the answer held for `key` (nothing when none is held)."""
         if key in self._held:
@@ -226,10 +281,12 @@ class DecodedTier:
         while self.bytes > self.max_bytes:
             gone, evicted = self._held.popitem(last=False)
             self._known.pop(gone, None)
+            self._read.pop(gone, None)
             self.bytes -= evicted.size
 
     def discard(self, key: str) -> None:
         self._known.pop(key, None)
+        self._read.pop(key, None)
         held = self._held.pop(key, None)
         if held is not None:
             self.bytes -= held.size
@@ -244,4 +301,5 @@ class DecodedTier:
     def clear(self) -> None:
         self._held.clear()
         self._known.clear()
+        self._read.clear()
         self.bytes = 0

@@ -451,12 +451,12 @@ class ToolCache(Managing):
         stale, nothing the store holds can make serving it without asking right: another process's marks only
         end freshness, and a newer answer stored meanwhile is what the server's reply will tell about anyway
         (a not-modified reply confirms the copy whose tag was sent; a full answer replaces the entry). So the
-        conditional request goes out at once, and the store's metadata is read while it is in flight: if the
-        entry went from the store meanwhile (invalidated or cleared by another process, or evicted), the
-        server's confirmation is not served and the call asks again without the tag, as it would have. What
-        this costs: a call that another process's fresher entry could have answered without a request sends
-        one. Only with no identical call in flight (joining one needs the store's word on freshness) and a
-        store that is being asked (an open circuit makes every lookup a miss).
+        conditional request goes out at once, and the store's metadata is read while it is in flight (what the
+        reply is then taken to confirm: `_still_stored`; an entry another process invalidated meanwhile is not
+        served on the server's word). What this costs: a call that another process's fresher entry could
+        have answered without a request sends one. Only with no identical call in flight (joining one needs
+        the store's word on freshness) and a store that is being asked (an open circuit makes every lookup a
+        miss).
         """
         known = self._tier.known(key)
         if known is None or self._flights.current(key) is not None or self._store.circuit_open:
@@ -659,16 +659,27 @@ class ToolCache(Managing):
         self, found: Found | None, items: list[Item | None] | None, identity: CallIdentity
     ) -> Found | None:
         """What a revalidation sent before the store's metadata read answered (`_known_stale`) holds to, once it
-        has: the held copy it sent the tag of while the store still holds that version, or another copy under
-        the same tag; nothing when the entry went (another process invalidated or cleared it, the store dropped
-        it, or the store could not tell), so the server's word alone never serves it, as a lookup would not
-        have. A copy under another tag stays the one the reply is about: the tag sent was its own."""
+        has: the held copy whose tag it sent, unless the store says otherwise.
+
+        - The entry went, and the call's mark says it was invalidated since that copy's request: nothing (the
+          call asks again without its tag, for the whole answer, as a lookup would have after an invalidation
+          by another process). Gone for any other reason (evicted, expired, cleared, another replica's store),
+          or the store could not tell: the held copy, which the server is confirming, as it would confirm a
+          caller's own (the store keeps nothing it does not hold: the record of the confirmation is refused).
+        - The same tag on another body: that copy, as a lookup would have found it (loaded and checked).
+        - Another tag: the held copy still; the reply is about the tag sent, its own.
+        """
         if found is None:
             return None
-        item = items[0] if items is not None else None
+        if items is None:
+            return found
+        item, call_mark = items[0], items[-1]
         if item is None:
-            self._tier.discard(found.key)
-            return None
+            invalidated = freshness_ended_at(None, call_mark.meta.get("endedAt") if call_mark is not None else None)
+            if invalidated is not None and invalidated >= found.entry.requested_at:
+                self._tier.discard(found.key)
+                return None
+            return found
         if item.tag != found.item.tag or item.checksum == found.item.checksum:
             return found
         # The same tag on another body (another writer's, or a record planted under the key): served, if at

@@ -105,6 +105,13 @@ async def timed(call: Call) -> float:
     return time.perf_counter() - start
 
 
+async def timed_cpu(call: Call) -> tuple[float, float]:
+    """Wall time and this process's CPU time (every thread: SQLite's work in its worker thread counts)."""
+    cpu, start = time.process_time(), time.perf_counter()
+    await call()
+    return time.perf_counter() - start, time.process_time() - cpu
+
+
 # --- 1. the unchanged path ---------------------------------------------------------------------------------
 
 
@@ -195,6 +202,7 @@ async def unchanged(rounds: int, reps: int, errlog: TextIO, profile: bool) -> di
             for s in statuses.values():
                 s.clear()
             per_round: dict[str, list[float]] = {name: [] for name in ["full", *cheap]}
+            cpu_round: dict[str, list[float]] = {name: [] for name in cheap}
             order = list(cheap)
             rng = random.Random(20)
             for index in range(rounds):
@@ -204,12 +212,16 @@ async def unchanged(rounds: int, reps: int, errlog: TextIO, profile: bool) -> di
                     per_round["full"].append(await timed(full))
                 gc.collect()
                 samples: dict[str, list[float]] = {name: [] for name in cheap}
+                cpu_samples: dict[str, list[float]] = {name: [] for name in cheap}
                 with gc_paused():
                     for rep in range(reps):
                         for name in order if rep % 2 == 0 else reversed(order):
-                            samples[name].append(await timed(cheap[name]))
+                            wall, cpu = await timed_cpu(cheap[name])
+                            samples[name].append(wall)
+                            cpu_samples[name].append(cpu)
                 for name, values in samples.items():
                     per_round[name].append(statistics.median(values))
+                    cpu_round[name].append(statistics.median(cpu_samples[name]))
             same = True
             for kind in kinds:
                 served = await views[kind].call("read_notebook", args)
@@ -221,6 +233,9 @@ async def unchanged(rounds: int, reps: int, errlog: TextIO, profile: bool) -> di
     over_bare = {
         kind: spread([(a - b) * 1e3 for a, b in zip(per_round[kind], per_round["bare"], strict=True)]) for kind in kinds
     }
+    cpu_minus_bare = {
+        kind: spread([(a - b) * 1e3 for a, b in zip(cpu_round[kind], cpu_round["bare"], strict=True)]) for kind in kinds
+    }
     full_over = {
         name: spread([f / v for f, v in zip(per_round["full"], per_round[name], strict=True)])
         for name in ["bare", *kinds]
@@ -231,6 +246,8 @@ async def unchanged(rounds: int, reps: int, errlog: TextIO, profile: bool) -> di
         "answer_bytes": len(answer.model_dump_json(by_alias=True, exclude_none=True)),
         "ms": ms,
         "minus_bare_ms": over_bare,
+        "cpu_ms": {name: spread([v * 1e3 for v in values]) for name, values in cpu_round.items()},
+        "cpu_minus_bare_ms": cpu_minus_bare,
         "full_over": full_over,
         "statuses": statuses,
         "same_answer": same,
@@ -246,11 +263,12 @@ def render_unchanged(r: dict[str, Any]) -> list[str]:
         f"{r['rounds']} rounds, {r['reps']} calls of each cheap configuration per round (alternating); "
         "median [p10–p90] over the rounds of the per-round values.",
         "",
-        "| configuration | per read, ms | minus bare conditional call, ms | full read ÷ this | outcomes |",
-        "|---|---|---|---|---|",
-        f"| full read, stock client, plain FastMCP | {show(r['ms']['full'], '{:.1f}')} | | 1.0 | |",
+        "| configuration | per read, ms | minus bare conditional call, ms | full read ÷ this "
+        "| client CPU per read, ms | client CPU minus bare, ms | outcomes |",
+        "|---|---|---|---|---|---|---|",
+        f"| full read, stock client, plain FastMCP | {show(r['ms']['full'], '{:.1f}')} | | 1.0 | | | |",
         f"| bare conditional call, no client cache | {show(r['ms']['bare'])} | 0 "
-        f"| {show(r['full_over']['bare'], '{:.1f}')} | |",
+        f"| {show(r['full_over']['bare'], '{:.1f}')} | {show(r['cpu_ms']['bare'])} | 0 | |",
     ]
     label = {
         "memory": "ToolCache, MemoryStore",
@@ -262,7 +280,8 @@ def render_unchanged(r: dict[str, Any]) -> list[str]:
         outcomes = ", ".join(f"{k} {v}" for k, v in r["statuses"][kind].items())
         out.append(
             f"| {label[kind]} | {show(r['ms'][kind])} | {show(r['minus_bare_ms'][kind], '{:+.2f}')} "
-            f"| {show(r['full_over'][kind], '{:.1f}')} | {outcomes} |"
+            f"| {show(r['full_over'][kind], '{:.1f}')} | {show(r['cpu_ms'][kind])} "
+            f"| {show(r['cpu_minus_bare_ms'][kind], '{:+.2f}')} | {outcomes} |"
         )
     out.append("")
     out.append(f"Every cached read served the same answer as the server: {'yes' if r['same_answer'] else 'NO'}.")

@@ -455,11 +455,11 @@ class ToolCache(Managing):
         reply is then taken to confirm: `_still_stored`; an entry another process invalidated meanwhile is not
         served on the server's word). What this costs: a call that another process's fresher entry could
         have answered without a request sends one. Only with no identical call in flight (joining one needs
-        the store's word on freshness) and a store that is being asked (an open circuit makes every lookup a
-        miss).
+        the store's word on freshness) and a store whose metadata reads work (one that fails makes every lookup
+        a miss, and would make this call ask twice).
         """
         known = self._tier.known(key)
-        if known is None or self._flights.current(key) is not None or self._store.circuit_open:
+        if known is None or self._flights.current(key) is not None or not self._store.loads_working:
             return None
         held, entry = known
         if entry.etag is None:
@@ -661,18 +661,21 @@ class ToolCache(Managing):
         """What a revalidation sent before the store's metadata read answered (`_known_stale`) holds to, once it
         has: the held copy whose tag it sent, unless the store says otherwise.
 
+        - The store could not tell (it failed): nothing, as a lookup would have served nothing (a failing store
+          is a miss); the call asks again without its tag.
         - The entry went, and the call's mark says it was invalidated since that copy's request: nothing (the
           call asks again without its tag, for the whole answer, as a lookup would have after an invalidation
-          by another process). Gone for any other reason (evicted, expired, cleared, another replica's store),
-          or the store could not tell: the held copy, which the server is confirming, as it would confirm a
-          caller's own (the store keeps nothing it does not hold: the record of the confirmation is refused).
+          by another process). Gone for any other reason (evicted, expired, cleared, another replica's store):
+          the held copy, which the server is confirming, as it would confirm a caller's own (the store keeps
+          nothing it does not hold: the record of the confirmation is refused).
         - The same tag on another body: that copy, as a lookup would have found it (loaded and checked).
         - Another tag: the held copy still; the reply is about the tag sent, its own.
         """
         if found is None:
             return None
         if items is None:
-            return found
+            self._tier.discard(found.key)
+            return None
         item, call_mark = items[0], items[-1]
         if item is None:
             invalidated = freshness_ended_at(None, call_mark.meta.get("endedAt") if call_mark is not None else None)

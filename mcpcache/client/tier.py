@@ -102,6 +102,9 @@ _GENERAL = ("general",)
 _EACH = "each"
 """First item of the plan of a list whose items are all containers of one plan: (_EACH, that plan)."""
 
+_EACH_FROM = 16
+"""Shorter lists keep a plan by index: a comprehension costs more than it saves on a few items."""
+
 _FLAT = "flat"
 """First item of the plan of a container whose containers hold atoms only: (_FLAT, their keys)."""
 
@@ -121,7 +124,7 @@ def _plan_of(value: Any, interned: dict[Plan, Plan] | None = None) -> Plan:
             plan = (_FLAT, tuple(key for key, _ in plan))
     elif kind is list:
         inner = [(index, _plan_of(item, interned)) for index, item in enumerate(value) if type(item) not in _ATOMS]
-        if inner and len(inner) == len(value) and all(p is inner[0][1] for _, p in inner):
+        if len(inner) >= _EACH_FROM and len(inner) == len(value) and all(p is inner[0][1] for _, p in inner):
             plan = (_EACH, inner[0][1])
         else:
             plan = tuple(inner)

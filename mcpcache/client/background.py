@@ -1,19 +1,19 @@
-"""Work the tool cache does beside a call rather than inside it: store writes that only other processes
-read, and private copies made while a request is in flight.
+"""Store writes the tool cache makes beside a call rather than inside it.
 
-A call's latency is what its caller waits for. Two pieces of a revalidated read need not be waited for:
-- the write that records the server's confirmation in the store (`update_meta`): it feeds other processes
-  and this process's next lookup of the same entry, never the answer being returned. It runs as a task
-  started here (`Deferred.start`), still bounded by the store's deadline (the fence), still compare-and-set
-  in the store, awaited by the next lookup of the same key in this process (by any cache over the same
-  store object: `Deferred.of`) and by `flush()` (which `ToolCache.close()` calls). A write cancelled before
-  it ran (the event loop shutting down) is logged, never dropped silently.
-- the private copy of the held answer a revalidation serves: it can be made while the conditional request
-  is on the wire, when the loop would otherwise sit idle (`ahead`).
+A call's latency is what its caller waits for. The write that records a revalidation's confirmation in the
+store (`update_meta`) need not be waited for: it feeds other processes and this process's next lookup of
+the same entry, never the answer being returned. It runs as a task started here (`Deferred.start`), still
+bounded by the store's deadline (the fence), still compare-and-set in the store, awaited by the next lookup
+of the same key in this process (by any cache over the same store object: `Deferred.of`) and by `flush()`
+(which `ToolCache.close()` calls). A write cancelled before it ran (the event loop shutting down) is
+logged, never dropped silently.
 
-Both need a way to run something beside the current task. The MCP SDKs run on asyncio (trio is not a
-target), so this uses asyncio's loop directly; on any other event loop nothing is deferred and the work is
-done inline, as before.
+(Making the private copy of a held answer while its revalidation's request was out was tried as well, on a
+turn of the loop with nothing else ready: on the 2-core machine of docs/benchmarks.md it made the read
+0.1-0.2 ms slower than copying after the reply, so it is not done.)
+
+Running something beside the current task needs the event loop. The MCP SDKs run on asyncio (trio is not a
+target), so this uses asyncio's loop directly; on any other event loop nothing is deferred.
 """
 
 from __future__ import annotations
@@ -21,12 +21,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import Callable, Coroutine, Sized
-from typing import Any, ClassVar, Generic, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, ClassVar
 
 logger = logging.getLogger("mcpcache.client")
-
-T = TypeVar("T")
 
 
 def _loop() -> asyncio.AbstractEventLoop | None:
@@ -34,72 +32,6 @@ def _loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:  # not asyncio (or no loop at all): nothing runs beside the caller
         return None
-
-
-_MOST_TURNS = 200
-"""How many turns of the loop `Ahead` waits for the loop to have nothing else ready, before it runs anyway."""
-
-_WHEN_UNSURE_S = 0.001
-"""A loop that does not show what it has ready (not CPython's own): `Ahead` runs this long after it is made."""
-
-
-class Ahead(Generic[T]):
-    """`make()` run while the caller awaits something else, or by `result()` at the latest; `cancel()` when
-    its result is not wanted after all.
-
-    It runs on a turn of the loop when nothing else is ready to run: after the request the caller awaits has
-    gone out (sending it takes the transport's tasks several turns; running first would delay it by exactly
-    what it means to hide), while the reply is awaited. CPython's loop shows what is ready (`_ready`, checked
-    by tests/client/test_private_apis.py); on a loop that does not, it runs a millisecond later."""
-
-    __slots__ = ("_done", "_handle", "_loop", "_make", "_turns", "_value")
-
-    def __init__(self, make: Callable[[], T]) -> None:
-        self._make = make
-        self._done = False
-        self._value: T | None = None
-        self._turns = 0
-        self._loop = _loop()
-        self._handle: asyncio.Handle | None = None
-        if self._loop is not None:
-            if isinstance(getattr(self._loop, "_ready", None), Sized):
-                self._handle = self._loop.call_soon(self._when_idle)
-            else:
-                self._handle = self._loop.call_later(_WHEN_UNSURE_S, self._run)
-
-    def _when_idle(self) -> None:
-        ready: Sized = self._loop._ready  # type: ignore[union-attr]
-        if len(ready) and self._turns < _MOST_TURNS:
-            self._turns += 1
-            self._handle = self._loop.call_soon(self._when_idle)  # type: ignore[union-attr]
-            return
-        self._run()
-
-    def _run(self) -> None:
-        if self._done:
-            return
-        try:
-            self._value = self._make()
-        except Exception:  # made again by result(), where its error reaches the caller
-            logger.debug("making a value ahead failed; it is made when asked for", exc_info=True)
-            return
-        self._done = True
-
-    def result(self) -> T:
-        if self._handle is not None:
-            self._handle.cancel()
-        if not self._done:
-            self._value = self._make()
-            self._done = True
-        value = self._value
-        self._value = None  # handed out once: a private copy has one owner
-        return value  # type: ignore[return-value]
-
-    def cancel(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-        self._done = True
-        self._value = None
 
 
 class Deferred:

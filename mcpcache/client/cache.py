@@ -25,7 +25,7 @@ import anyio
 from cachetools import LRUCache
 from mcp_types import CallToolResult, TextContent
 
-from mcpcache.client.background import Ahead, Deferred
+from mcpcache.client.background import Deferred
 from mcpcache.client.contracts import Connection
 from mcpcache.client.entries import (
     TOOLS_GROUP,
@@ -522,14 +522,11 @@ class ToolCache(Managing):
         entry = found.entry if found is not None else None
         return _Looked(found, ended, decide_lookup(mode, entry, self.clock(), ended))
 
-    async def _answer_of(self, found: Found, ahead: Ahead[CallToolResult] | None = None) -> CallToolResult | _Unserved:
+    async def _answer_of(self, found: Found) -> CallToolResult | _Unserved:
         """A private copy of the stored answer `found` names (with `read_only_views`, the held answer itself):
-        from the decoded tier when it holds this version (`ahead`: the copy, made while the request was in
-        flight); otherwise its body is loaded (within a deadline scaled to the size the lookup read) and
-        decoded, and the decoding kept in the tier."""
+        from the decoded tier when it holds this version; otherwise its body is loaded (within a deadline
+        scaled to the size the lookup read) and decoded, and the decoding kept in the tier."""
         if found.decoded is not None:
-            if ahead is not None:
-                return ahead.result()
             return found.decoded.result if self.read_only_views else found.decoded.copy()
         loaded = await self._store.look([found.key], moving=found.entry.stored_bytes)
         if loaded is None:
@@ -547,7 +544,7 @@ class ToolCache(Managing):
             stored, body, item.tag, item.checksum, server=found.server_id, call=found.call, answer=found.entry.size
         )
         self._tier.put(found.key, held)
-        return stored if self.read_only_views else copy_result(stored)
+        return stored if self.read_only_views else held.copy()
 
     async def _serve_fresh(self, looked: _Looked) -> tuple[CallToolResult, CallOutcome] | _Unserved:
         assert looked.found is not None
@@ -596,24 +593,14 @@ class ToolCache(Managing):
                     }
                 else:
                     request_meta = user_meta
-                ahead = self._copy_ahead(found if sent_etag is not None else None)
-                try:
-                    reply = await conn.send(name, args, request_meta, timeout_s)
-                except BaseException:
-                    if ahead is not None:
-                        ahead.cancel()
-                    raise
+                reply = await conn.send(name, args, request_meta, timeout_s)
                 checked = False
                 if reply is None:
                     sent_etag, checked = None, True
                     reply = await conn.send_plain(name, args, user_meta)
                 if peek is not None:
                     items, peek = await peek, None
-                    current = self._still_stored(found, items, identity)
-                    if current is not found and ahead is not None:
-                        ahead.cancel()
-                        ahead = None
-                    found = current
+                    found = self._still_stored(found, items, identity)
                 decision = decide_reply(
                     tool=name,
                     sent_etag=sent_etag,
@@ -626,12 +613,10 @@ class ToolCache(Managing):
                     store=store,
                     keep_private=self.keep_private,
                 )
-                if ahead is not None and not isinstance(decision, ServeStored):
-                    ahead.cancel()
                 match decision:
                     case ServeStored():
                         assert found is not None
-                        served = await self._serve_stored(conn, name, found, decision, reply, reason, ahead)
+                        served = await self._serve_stored(conn, name, found, decision, reply, reason)
                         if served is not None:
                             return served
                         # The copy the server confirmed cannot be served: it goes, and the whole answer is asked for.
@@ -692,13 +677,6 @@ class ToolCache(Managing):
         if entry is None or entry.tool != identity.tool:
             return None
         return Found(found.key, found.arm, entry, item, None, found.server_id, found.call)
-
-    def _copy_ahead(self, found: Found | None) -> Ahead[CallToolResult] | None:
-        """For a revalidation of an answer the decoded tier holds: its private copy, made while the request is
-        in flight (the loop is idle then), when the answer is large enough for that to pay."""
-        if found is None or found.decoded is None or self.read_only_views or found.decoded.size < _COPY_AHEAD_BYTES:
-            return None
-        return Ahead(found.decoded.copy)
 
     def _expires_at(self, meta: EntryMeta) -> float:
         """When the store may drop the entry, on the store's clock (which judges it), not the cache's."""
@@ -772,7 +750,6 @@ class ToolCache(Managing):
         decision: ServeStored,
         reply: CallToolResult,
         lookup_reason: str,
-        ahead: Ahead[CallToolResult] | None = None,
     ) -> tuple[CallToolResult, CallOutcome] | None:
         """The copy whose tag was sent, with the fresh block, checked as the client checks any answer; None if
         it cannot be read or fails the check (a corrupt or foreign entry: never served, never a failed call).
@@ -780,7 +757,7 @@ class ToolCache(Managing):
         The store keeps the fresher block only if it still holds that copy: another writer may have replaced
         it meanwhile, and the confirmation is about the copy whose tag was sent, not about whatever is there.
         """
-        stored = await self._answer_of(found, ahead)
+        stored = await self._answer_of(found)
         if isinstance(stored, _Unserved):
             return None
         result = merged(stored, decision.block, self.meta_key)
@@ -816,10 +793,6 @@ class ToolCache(Managing):
         if ends_freshness(read_only=read_only, trusted=self.trusted, answered_with_block=False):
             await self.end_freshness(conn.server_id, conn.era)
 
-
-_COPY_AHEAD_BYTES = 64 * 1024
-"""Held answers of at least this many stored bytes are copied while their revalidation is in flight; below
-it the copy costs less than arranging it."""
 
 _LOOKS_AFTER_A_REPLACEMENT = 3
 """Lookups a call makes while other writers keep replacing the entry under it, before it is a miss."""

@@ -6,8 +6,7 @@
   the store meanwhile (another process invalidated it) is never served on the server's word alone;
 - its record written after the answer is returned: this process's next lookup of the key reads it, `flush`
   and `close` write it, and it never freshens a newer answer another writer stored meanwhile;
-- the held copy made while the request is out, and copied by a plan of its containers: a caller's changes
-  never reach a later serve;
+- the held copy, copied by a plan of its containers: a caller's changes never reach a later serve;
 - `read_only_views=True`, off by default: the held answer itself, with the cost the docs state (a caller's
   change is served to the next caller in this process, never written to the store).
 """
@@ -26,7 +25,7 @@ from stores.backends import Backend, FakeClock, clock_of, sqlite_backend
 from support.transports import MODERN, ServerTarget
 
 from mcpcache.client import ToolCache
-from mcpcache.client.background import Ahead, Deferred
+from mcpcache.client.background import Deferred
 from mcpcache.client.tier import hold
 from mcpcache.keys import CallIdentity
 from mcpcache.stores import Item, MemoryStore, SQLiteStore, Store
@@ -41,7 +40,7 @@ pytestmark = pytest.mark.anyio
 K = {"key": "k"}
 SERVER_ID = "lab"
 LONG = "long: " + "a notebook's worth of text " * 4000
-"""About 110 KB: held answers this large are copied while their revalidation is out, by a plan."""
+"""About 110 KB of text in one answer."""
 
 
 def key_of(cache: ToolCache, arguments: Mapping[str, Any] = K, tool: str = "read") -> str:
@@ -331,33 +330,3 @@ async def test_a_fresh_hit_from_memory_still_honours_a_freshness_end_another_cac
         await b.end_freshness(conn_b.view.server_id, conn_b.client.session.protocol_version)
         clock.advance(0.5)
         assert (await conn_a.call("read", K)).outcome.status == "revalidated"
-
-
-# -- the copy made ahead -------------------------------------------------------------------------------------
-
-
-async def test_a_copy_made_ahead_is_handed_out_once_and_made_inline_when_it_has_not_run() -> None:
-    made: list[int] = []
-
-    def make() -> list[int]:
-        made.append(1)
-        return [len(made)]
-
-    inline = Ahead(make)
-    assert inline.result() == [1]  # the loop never turned: made when asked for
-    ahead = Ahead(make)
-    await anyio.sleep(0.01)  # a turn of the loop with nothing else ready
-    assert made == [1, 1]
-    assert ahead.result() == [2]
-    dropped = Ahead(make)
-    dropped.cancel()
-    await anyio.sleep(0.01)
-    assert made == [1, 1]  # cancelled before it ran: never made
-
-    def broken() -> object:
-        raise ValueError("cannot copy this")
-
-    failing = Ahead(broken)
-    await anyio.sleep(0.01)
-    with pytest.raises(ValueError, match="cannot copy this"):
-        failing.result()  # made again when asked for, and its error reaches the caller

@@ -7,9 +7,7 @@ quietly losing a behaviour. Versions tested are listed in docs/client.md.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
-from collections.abc import Sized
 
 import fastmcp
 import mcp_types as mt
@@ -70,14 +68,3 @@ async def test_fastmcp_keeps_its_client_wide_progress_handler_where_the_view_rea
 
 def test_in_memory_transport_is_where_the_tests_expect_it() -> None:
     assert InMemoryTransport is not None
-
-
-async def test_the_event_loop_shows_what_it_has_ready_where_the_copy_made_ahead_looks() -> None:
-    # mcpcache.client.background.Ahead waits for a turn of the loop with nothing else ready (CPython's own
-    # loop keeps its ready callbacks in `_ready`); without it, it falls back to a fixed short delay.
-    loop = asyncio.get_running_loop()
-    ready = getattr(loop, "_ready", None)
-    assert isinstance(ready, Sized), "asyncio's event loop no longer keeps its ready callbacks in `_ready`"
-    before = len(ready)
-    loop.call_soon(lambda: None)
-    assert len(ready) == before + 1

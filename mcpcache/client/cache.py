@@ -12,7 +12,6 @@ that was sent (`update_meta(if_tag=...)`). The caller is always served the copy 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine, Mapping
@@ -28,7 +27,6 @@ from mcp_types import CallToolResult, TextContent
 from mcpcache.client.background import Deferred
 from mcpcache.client.contracts import Connection
 from mcpcache.client.entries import (
-    TOOLS_GROUP,
     Found,
     decode_result,
     encode_entry,
@@ -76,7 +74,7 @@ from mcpcache.client.tier import DecodedTier, copy_result, hold
 from mcpcache.client.views import view_of
 from mcpcache.etag import CanonicalizationError
 from mcpcache.protocol import META_KEY, conditional_request_meta, parse_cache_block
-from mcpcache.stores.base import Item, Store, body_checksum
+from mcpcache.stores.base import Store, body_checksum
 from mcpcache.stores.opening import TOOLS_FILE, default_store
 from mcpcache.telemetry import annotate_current_span
 
@@ -120,22 +118,14 @@ class _Unserved(Enum):
 
 
 class _Looked:
-    """What one lookup found, when freshness last ended, and what the policy says to do; `peek`: the store's
-    metadata read still running, for a revalidation sent before it answered (see `ToolCache._known_stale`)."""
+    """What one lookup found, when freshness last ended, and what the policy says to do."""
 
-    __slots__ = ("decision", "ended_at", "found", "peek")
+    __slots__ = ("decision", "ended_at", "found")
 
-    def __init__(
-        self,
-        found: Found | None,
-        ended_at: float | None,
-        decision: ServeFresh | Revalidate | Fetch,
-        peek: asyncio.Task[list[Item | None] | None] | None = None,
-    ):
+    def __init__(self, found: Found | None, ended_at: float | None, decision: ServeFresh | Revalidate | Fetch):
         self.found = found
         self.ended_at = ended_at
         self.decision = decision
-        self.peek = peek
 
 
 class ToolCache(Managing):
@@ -323,9 +313,6 @@ class ToolCache(Managing):
         replaced = 0
         while True:
             landed = self._flights.landed(key)
-            known = self._known_stale(identity, key) if mode == "use" else None
-            if known is not None:
-                return await self._lead(conn, identity, key, mode, True, user_meta, known, deadline)
             looked = await self._look(identity, key, mode)
             if isinstance(looked.decision, ServeFresh):
                 served = await self._serve_fresh(looked)
@@ -444,40 +431,6 @@ class ToolCache(Managing):
         left_ms = max(0, int((entry.fresh_until() - now) * 1000))
         return result, CallOutcome("fresh_hit", False, decision.reason, entry.size, fresh_for_ms=left_ms)
 
-    def _known_stale(self, identity: CallIdentity, key: str) -> _Looked | None:
-        """A revalidation decided without waiting for the store, or None to look the ordinary way.
-
-        When the decoded tier holds the call's answer and what this process knows of its entry already makes it
-        stale, nothing the store holds can make serving it without asking right: another process's marks only
-        end freshness, and a newer answer stored meanwhile is what the server's reply will tell about anyway
-        (a not-modified reply confirms the copy whose tag was sent; a full answer replaces the entry). So the
-        conditional request goes out at once, and the store's metadata is read while it is in flight (what the
-        reply is then taken to confirm: `_still_stored`; an entry another process invalidated meanwhile is not
-        served on the server's word). What this costs: a call that another process's fresher entry could
-        have answered without a request sends one. Only with no identical call in flight (joining one needs
-        the store's word on freshness) and a store whose metadata reads work (one that fails makes every lookup
-        a miss, and would make this call ask twice).
-        """
-        known = self._tier.known(key)
-        if known is None or self._flights.current(key) is not None or not self._store.loads_working:
-            return None
-        held, entry = known
-        if entry.etag is None:
-            return None
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return None
-        mark_key, call_mark = identity.mark_key(), identity.call_mark_key()
-        ended = self._ended_here(mark_key, call_mark)
-        decision = decide_lookup("use", entry, self.clock(), ended)
-        if not isinstance(decision, Revalidate):
-            return None
-        item = Item(meta={}, body=b"", group=TOOLS_GROUP, tag=held.tag, checksum=held.checksum)
-        found = Found(key, "private", entry, item, held, identity.server, call_mark)
-        peek = loop.create_task(self._store.look([key, mark_key, call_mark], peek=True))
-        return _Looked(found, ended, decision, peek)
-
     async def _look(self, identity: CallIdentity, private_key: str, mode: CacheMode) -> _Looked:
         """The entry this partition may be served (its own arm first, then the shared one), when freshness
         last ended, and what to do about it, all from one round trip to the store for the metadata only.
@@ -509,8 +462,6 @@ class ToolCache(Managing):
                 continue
             if may_serve(entry, arm, self.share_public):
                 decoded = self._tier.get(key, item.tag, item.checksum)
-                if decoded is not None:
-                    self._tier.note(key, entry)
                 found = Found(key, arm, entry, item, decoded, identity.server, call_mark)
                 break
         server_mark, call_mark_item = items[-2], items[-1]
@@ -581,102 +532,56 @@ class ToolCache(Managing):
         store = lookup.store if isinstance(lookup, Fetch) else True
         sent_etag = lookup.etag if isinstance(lookup, Revalidate) else None
         repeated = False
-        peek = looked.peek
-        try:
-            while True:
-                requested_at = self.clock()
-                if sent_etag is not None:
-                    # Nothing else in the request changes: the caller's `_meta` goes as it would have.
-                    request_meta: dict[str, Any] | None = {
-                        **(user_meta or {}),
-                        **conditional_request_meta(sent_etag, self.meta_key),
-                    }
-                else:
-                    request_meta = user_meta
-                reply = await conn.send(name, args, request_meta, timeout_s)
-                checked = False
-                if reply is None:
-                    sent_etag, checked = None, True
-                    reply = await conn.send_plain(name, args, user_meta)
-                if peek is not None:
-                    items, peek = await peek, None
-                    found = self._still_stored(found, items, identity)
-                decision = decide_reply(
-                    tool=name,
-                    sent_etag=sent_etag,
-                    entry=found.entry if found is not None else None,
-                    is_error=reply.is_error,
-                    block=reply_block(reply.meta, self.meta_key),
-                    size=0,  # filled in by _keep, which encodes the answer only if it is kept
-                    requested_at=requested_at,
-                    received_at=self.clock(),
-                    store=store,
-                    keep_private=self.keep_private,
-                )
-                match decision:
-                    case ServeStored():
-                        assert found is not None
-                        served = await self._serve_stored(conn, name, found, decision, reply, reason)
-                        if served is not None:
-                            return served
-                        # The copy the server confirmed cannot be served: it goes, and the whole answer is asked for.
-                        await self._remove(found.key)
-                        found, why = None, "the stored answer could not be served"
-                    case RepeatWithoutTag():
-                        why = decision.reason
-                        if repeated:
-                            logger.warning("tool %r: %s; giving up", name, why)
-                            return _unanswerable(name), CallOutcome(status, False, f"{reason}; {why}")
-                    case StoreAnswer() | ReturnUnstored():
-                        if not checked and not reply.is_error:
-                            await conn.validate(name, reply)
-                        return await self._keep(conn, identity, key, found, decision, reply, status, reason)
-                    case _:
-                        assert_never(decision)
-                logger.info("tool %r: %s; asking again without a tag", name, why)
-                reason = f"{reason}; {why}; asked again without a tag"
-                repeated, sent_etag = True, None
-        finally:
-            if peek is not None:
-                peek.cancel()  # the call failed or was cancelled before the store answered
-
-    def _still_stored(
-        self, found: Found | None, items: list[Item | None] | None, identity: CallIdentity
-    ) -> Found | None:
-        """What a revalidation sent before the store's metadata read answered (`_known_stale`) holds to, once it
-        has: the held copy whose tag it sent, unless the store says otherwise.
-
-        - The store could not tell (it failed): nothing, as a lookup would have served nothing (a failing store
-          is a miss); the call asks again without its tag.
-        - The entry went, and the call's mark says it was invalidated since that copy's request: nothing (the
-          call asks again without its tag, for the whole answer, as a lookup would have after an invalidation
-          by another process). Gone for any other reason (evicted, expired, cleared, another replica's store):
-          the held copy, which the server is confirming, as it would confirm a caller's own (the store keeps
-          nothing it does not hold: the record of the confirmation is refused).
-        - The same tag on another body: that copy, as a lookup would have found it (loaded and checked).
-        - Another tag: the held copy still; the reply is about the tag sent, its own.
-        """
-        if found is None:
-            return None
-        if items is None:
-            self._tier.discard(found.key)
-            return None
-        item, call_mark = items[0], items[-1]
-        if item is None:
-            invalidated = freshness_ended_at(None, call_mark.meta.get("endedAt") if call_mark is not None else None)
-            if invalidated is not None and invalidated >= found.entry.requested_at:
-                self._tier.discard(found.key)
-                return None
-            return found
-        if item.tag != found.item.tag or item.checksum == found.item.checksum:
-            return found
-        # The same tag on another body (another writer's, or a record planted under the key): served, if at
-        # all, as a lookup would have found it, loaded from the store and checked.
-        self._tier.discard(found.key)
-        entry = EntryMeta.from_json(item.meta)
-        if entry is None or entry.tool != identity.tool:
-            return None
-        return Found(found.key, found.arm, entry, item, None, found.server_id, found.call)
+        while True:
+            requested_at = self.clock()
+            if sent_etag is not None:
+                # Nothing else in the request changes: the caller's `_meta` goes as it would have.
+                request_meta: dict[str, Any] | None = {
+                    **(user_meta or {}),
+                    **conditional_request_meta(sent_etag, self.meta_key),
+                }
+            else:
+                request_meta = user_meta
+            reply = await conn.send(name, args, request_meta, timeout_s)
+            checked = False
+            if reply is None:
+                sent_etag, checked = None, True
+                reply = await conn.send_plain(name, args, user_meta)
+            decision = decide_reply(
+                tool=name,
+                sent_etag=sent_etag,
+                entry=found.entry if found is not None else None,
+                is_error=reply.is_error,
+                block=reply_block(reply.meta, self.meta_key),
+                size=0,  # filled in by _keep, which encodes the answer only if it is kept
+                requested_at=requested_at,
+                received_at=self.clock(),
+                store=store,
+                keep_private=self.keep_private,
+            )
+            match decision:
+                case ServeStored():
+                    assert found is not None
+                    served = await self._serve_stored(conn, name, found, decision, reply, reason)
+                    if served is not None:
+                        return served
+                    # The copy the server confirmed cannot be served: it goes, and the whole answer is asked for.
+                    await self._remove(found.key)
+                    found, why = None, "the stored answer could not be served"
+                case RepeatWithoutTag():
+                    why = decision.reason
+                    if repeated:
+                        logger.warning("tool %r: %s; giving up", name, why)
+                        return _unanswerable(name), CallOutcome(status, False, f"{reason}; {why}")
+                case StoreAnswer() | ReturnUnstored():
+                    if not checked and not reply.is_error:
+                        await conn.validate(name, reply)
+                    return await self._keep(conn, identity, key, found, decision, reply, status, reason)
+                case _:
+                    assert_never(decision)
+            logger.info("tool %r: %s; asking again without a tag", name, why)
+            reason = f"{reason}; {why}; asked again without a tag"
+            repeated, sent_etag = True, None
 
     def _expires_at(self, meta: EntryMeta) -> float:
         """When the store may drop the entry, on the store's clock (which judges it), not the cache's."""
@@ -734,7 +639,6 @@ class ToolCache(Managing):
             copy = reply if self.read_only_views else copy_result(reply)
             held = hold(copy, body, meta.etag, checksum, server=identity.server, call=marks[1], answer=meta.size)
             self._tier.put(own, held)
-            self._tier.note(own, meta)
         if not stored:
             why = "not stored: the store holds a newer answer, or could not take this one"
             return reply, CallOutcome("miss", False, f"{lookup_reason}; {why}")
@@ -780,8 +684,6 @@ class ToolCache(Managing):
         # After the answer is returned: the record only feeds other processes and this process's next lookup
         # of the key (which waits for it), and the store keeps it compare-and-set whenever it lands.
         await self._deferred.start(found.key, record, "recording a revalidation")
-        if found.item.tag == meta.etag:
-            self._tier.note(found.key, meta)
         saved = max(found.entry.size - len(encode_result(reply)), 0)
         return result, CallOutcome("revalidated", False, f"{lookup_reason}; {decision.reason}", saved)
 

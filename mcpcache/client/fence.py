@@ -69,11 +69,6 @@ class FencedStore:
     def circuit_open(self) -> bool:
         return self._circuit.is_open
 
-    @property
-    def loads_working(self) -> bool:
-        """Whether the store is being asked and its last load or metadata read did not fail."""
-        return not self.circuit_open and "load" not in self._warned
-
     def deadline_for(self, nbytes: int) -> float:
         """The deadline of an operation moving `nbytes` of body (counted up to `most_bytes`)."""
         return transfer_budget_s(self.deadline_s, self.seconds_per_mb, nbytes, self.most_bytes)

@@ -9,8 +9,7 @@ The tier never decides freshness and never replaces the store: every lookup stil
 processes' writes, freshness ends and expiry live there), for the item's metadata only
 (`Store.peek_many`). The tier's copy is used only when the store's current item is exactly the version the
 tier holds: same key, same tag and same body checksum (the checksum the store recorded when the body was
-saved). Anything else, and the body is loaded when an answer is to be served. (The one exception is a
-revalidation: the server's reply, not the store, decides it; see `ToolCache._known_stale`.)
+saved). Anything else, and the body is loaded when an answer is to be served.
 
 Every serve hands out a private copy (`Decoded.copy`): new containers and new model objects, with the
 immutable leaves (strings, numbers) shared; the structured content is copied by a plan of where its
@@ -239,8 +238,6 @@ class DecodedTier:
         self.max_bytes = max_bytes
         self.bytes = 0
         self._held: OrderedDict[str, Decoded] = OrderedDict()
-        self._known: dict[str, EntryMeta] = {}
-        """The entry's metadata as this process last read or wrote it, for held answers (see `known`)."""
         self._read: dict[str, tuple[object, EntryMeta]] = {}
         """The stored metadata last parsed for a held answer, with what it parsed to (see `entry_of`)."""
 
@@ -262,15 +259,6 @@ class DecodedTier:
         self._held.move_to_end(key)
         return held
 
-    def known(self, key: str) -> tuple[Decoded, EntryMeta] | None:
-        """The answer held for `key` and its metadata as this process last read or wrote it, if both are
-        known and name the same version (not counted as a use). Only a hint: the store may have moved on."""
-        held = self._held.get(key)
-        meta = self._known.get(key)
-        if held is None or meta is None or meta.etag != held.tag:
-            return None
-        return held, meta
-
     def entry_of(self, key: str, raw: object) -> EntryMeta | None:
         """`EntryMeta.from_json(raw)`, for the stored metadata of a held answer: parsed again only when it is
         not what was parsed last time (comparing two small dicts costs a fraction of checking every field)."""
@@ -281,11 +269,6 @@ class DecodedTier:
         if entry is not None and key in self._held:
             self._read[key] = (raw, entry)
         return entry
-
-    def note(self, key: str, meta: EntryMeta) -> None:
-        """Remember `meta` as the metadata of the answer held for `key` (nothing when none is held)."""
-        if key in self._held:
-            self._known[key] = meta
 
     def size_of(self, key: str) -> int | None:
         """The bytes as sent of the answer held for `key`, if any (not counted as a use)."""
@@ -304,12 +287,10 @@ class DecodedTier:
         self.bytes += decoded.size
         while self.bytes > self.max_bytes:
             gone, evicted = self._held.popitem(last=False)
-            self._known.pop(gone, None)
             self._read.pop(gone, None)
             self.bytes -= evicted.size
 
     def discard(self, key: str) -> None:
-        self._known.pop(key, None)
         self._read.pop(key, None)
         held = self._held.pop(key, None)
         if held is not None:
@@ -324,6 +305,5 @@ class DecodedTier:
 
     def clear(self) -> None:
         self._held.clear()
-        self._known.clear()
         self._read.clear()
         self.bytes = 0

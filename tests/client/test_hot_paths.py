@@ -2,8 +2,6 @@
 
 - a fresh hit from a store in memory (`Store.peek_now`) and the decoded tier, answered without awaiting:
   freshness is still the store's word (its marks, another cache's freshness end);
-- a revalidation of a held answer sent before the store's metadata read answers: an entry that went from
-  the store meanwhile (another process invalidated it) is never served on the server's word alone;
 - its record written after the answer is returned: this process's next lookup of the key reads it, `flush`
   and `close` write it, and it never freshens a newer answer another writer stored meanwhile;
 - the held copy, copied by a plan of its containers: a caller's changes never reach a later serve;
@@ -21,7 +19,7 @@ from typing import Any
 import anyio
 import mcp_types as mt
 import pytest
-from stores.backends import Backend, FakeClock, clock_of, sqlite_backend
+from stores.backends import Backend, FakeClock, clock_of
 from support.transports import MODERN, ServerTarget
 
 from mcpcache.client import ToolCache
@@ -261,54 +259,6 @@ async def test_a_write_cancelled_before_it_landed_is_logged(caplog: pytest.LogCa
         await deferred.flush()
     assert not deferred.pending("k")
     assert "recording a revalidation was cancelled before it reached the store" in caplog.text
-
-
-# -- a revalidation sent before the store's metadata read answers -----------------------------------------
-
-
-async def test_an_entry_another_process_invalidated_is_never_served_on_the_servers_word(tmp_path: Path) -> None:
-    backend = sqlite_backend(tmp_path / "cache.db")
-    clock = clock_of(backend)
-    a = ToolCache(backend.open(), clock=clock)
-    b = ToolCache(backend.open(), clock=clock)
-    lab = Lab()
-    target = ServerTarget.memory(build_lab("sdk", lab))
-    async with (
-        connect("mcp", target, MODERN, a, server_id=SERVER_ID) as conn_a,
-        connect("mcp", target, MODERN, b, server_id=SERVER_ID) as conn_b,
-    ):
-        assert (await conn_a.call("read", K)).outcome.status == "miss"
-        assert (await conn_b.call("read", K)).outcome.status == "fresh_hit"
-        clock.advance(6)  # stale, as A itself knows: its next read revalidates before the store answers
-        await conn_b.view.invalidate("read", K)  # B has made the call: it removes the entry from the store
-        assert await b.store.load(key_of(b)) is None
-        lab.seen_meta.clear()
-        call = await conn_a.call("read", K)
-        # The server confirmed A's tag, but the entry had gone from the store: the whole answer, as a lookup
-        # that waited for the store would have fetched.
-        assert (call.outcome.status, call.outcome.stored) == ("miss", True)
-        assert [bool(m and "io.modelcontextprotocol/cache" in m) for m in lab.seen_meta] == [True, False]
-        assert_pristine(call.result)
-    await a.store.close()
-    await b.store.close()
-
-
-async def test_a_held_copy_the_store_lost_is_revalidated_not_fetched_again(tmp_path: Path) -> None:
-    backend = sqlite_backend(tmp_path / "cache.db")
-    clock = clock_of(backend)
-    cache = ToolCache(backend.open(), clock=clock)
-    lab = Lab()
-    async with connect("mcp", ServerTarget.memory(build_lab("sdk", lab)), MODERN, cache, server_id=SERVER_ID) as conn:
-        assert (await conn.call("read", K)).outcome.status == "miss"
-        clock.advance(6)
-        await cache.store.remove(key_of(cache))  # evicted, or expired: nobody invalidated it
-        lab.seen_meta.clear()
-        call = await conn.call("read", K)
-        # The server confirms the copy whose tag was sent, and this process holds it: one small request.
-        assert call.outcome.status == "revalidated"
-        assert [bool(m and "io.modelcontextprotocol/cache" in m) for m in lab.seen_meta] == [True]
-        assert_pristine(call.result)
-    await cache.store.close()
 
 
 # -- a fresh hit from memory, answered without awaiting -----------------------------------------------------

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import replace
 from enum import Enum
 from types import TracebackType
@@ -24,15 +24,14 @@ import anyio
 from cachetools import LRUCache
 from mcp_types import CallToolResult, TextContent
 
+from mcpcache.client.background import Deferred
 from mcpcache.client.contracts import Connection
 from mcpcache.client.entries import (
-    TOOLS_GROUP,
     Found,
     decode_result,
     encode_entry,
     encode_result,
     entry_item,
-    mark_item,
     merged,
     stored_size_at_least,
 )
@@ -44,6 +43,7 @@ from mcpcache.client.fence import (
 )
 from mcpcache.client.flights import Flights
 from mcpcache.client.keys import Arm, CallIdentity, readable_server
+from mcpcache.client.managing import Managing, remember
 from mcpcache.client.outcomes import CacheStats, CallOutcome, Status
 from mcpcache.client.patching import Patched, Unpatched, patch_answer
 from mcpcache.client.policy import (
@@ -78,7 +78,7 @@ from mcpcache.client.tier import DecodedTier, copy_result, hold
 from mcpcache.client.views import view_of
 from mcpcache.etag import CanonicalizationError
 from mcpcache.protocol import META_KEY, conditional_request_meta, parse_cache_block
-from mcpcache.stores.base import Match, Store, body_checksum
+from mcpcache.stores.base import Store, body_checksum
 from mcpcache.stores.opening import TOOLS_FILE, default_store
 from mcpcache.telemetry import annotate_current_span
 
@@ -88,7 +88,6 @@ if TYPE_CHECKING:
     from mcp import ClientSession
 
     from mcpcache.client.fastmcp import CachedFastMCPClient
-    from mcpcache.client.inventory import CachedEntry
     from mcpcache.client.wrappers import CachedMCPClient, CachedSession
 
 __all__ = ["CacheStats", "CallOutcome", "Connection", "ToolCache"]
@@ -141,7 +140,7 @@ class _Looked:
         self.decision = decision
 
 
-class ToolCache(StaleServing):
+class ToolCache(StaleServing, Managing):
     """A private cache for MCP tool results.
 
     store: where answers are kept (default: a SQLite file in the user's cache directory).
@@ -162,7 +161,8 @@ class ToolCache(StaleServing):
         neither stored nor held decoded (its outcome says so).
     decoded_tier_bytes: how many bytes of stored answers (counted as stored) this process keeps decoded in
         front of the store (see `mcpcache.client.tier`); 0 keeps none; None (the default) is
-        `max_answer_bytes`, so any answer the cache stores can be held. Every serve is a private copy.
+        `max_answer_bytes`, so any answer the cache stores can be held. Every serve is a private copy,
+        unless `read_only_views`.
     deltas: accept delta replies (docs/client.md, "Delta replies"): a conditional request lists the delta
         formats this cache applies, and a server that still holds the answer sent under the tag may reply
         with the change only; the cache patches a private copy of its stored answer, verifies the digest of
@@ -173,6 +173,13 @@ class ToolCache(StaleServing):
         never, whatever the server allows.
     background_revalidations: how many of those background revalidations run at once; past it a call
         revalidates in the foreground. `close()` cancels and awaits the ones running.
+    read_only_views: serve the answer the decoded tier holds itself, not a private copy of it (and hold a
+        full answer as it was returned, not a copy). Off by default. It saves the copy (about 0.5-2.5 ms for
+        a 10 MB notebook answer, 10-15 us for 1 KB), and costs the caller a promise: nothing reachable from
+        a result (its content blocks, structured content, `_meta`, FastMCP's `.data`) is ever changed, by
+        the caller or anything it hands the result to. The SDK's models are mutable, so nothing enforces
+        it: a change is served to every later caller of this cache in this process until the entry is
+        replaced or evicted (the store's copy is not affected).
     """
 
     def __init__(
@@ -193,6 +200,7 @@ class ToolCache(StaleServing):
         deltas: bool = True,
         serve_stale: bool = True,
         background_revalidations: int = DEFAULT_BACKGROUND_REVALIDATIONS,
+        read_only_views: bool = False,
         clock: Clock = time.time,
     ) -> None:
         if not isinstance(partition, str):
@@ -221,6 +229,9 @@ class ToolCache(StaleServing):
         self.clock = clock
         self.stats = CacheStats()
         self._tier = DecodedTier(max_answer_bytes if decoded_tier_bytes is None else decoded_tier_bytes)
+        self.read_only_views = read_only_views
+        self._deferred = Deferred.of(self.store)
+        """Store writes started beside the calls that asked for them (see `mcpcache.client.background`)."""
         self._flights = Flights()
         self._validated: LRUCache[tuple[str, str, str], None] = LRUCache(maxsize=4096)
         """Stored answers this process has already checked against the client's output schemas, by (key,
@@ -274,81 +285,19 @@ class ToolCache(StaleServing):
         view = view_of(self, client, server_id)
         return cast("CachedMCPClient | CachedSession | CachedFastMCPClient", view)
 
-    # -- seeing and managing what is cached -----------------------------------------------------------
-
-    async def invalidate(
-        self, tool: str | None = None, arguments: Mapping[str, Any] | None = None, *, server_id: str
-    ) -> None:
-        """Never serve again, without asking the server, what is cached for one call on `server_id` (`tool`
-        with `arguments`; None is no arguments, as in `call_tool`), or with no tool for every call on it.
-
-        Works as a mutation does (see `decide_join`): the freshness of what the call (or the server) has
-        cached in this partition ends now, in this process and in the store, so an answer to a request sent
-        before the invalidation, landing after it, is never served as fresh, and no later call shares such a
-        request. The entries this process can name and their decoded copies are dropped as well (for the
-        server, its entries in every partition), so the next call asks for the whole answer.
-
-        `server_id` is the view's (`cached.server_id`); a view's own `invalidate` fills it in. Like a call,
-        it never raises for a failing store: this process honours the invalidation regardless, and other
-        processes sharing the store learn of it only if the store recorded it.
-        """
-        if tool is None:
-            if arguments is not None:
-                raise TypeError("arguments name one call of a tool: pass the tool as well")
-            await self.end_freshness(server_id)
-            self._tier.discard_if(lambda held: held.server == server_id)
-            # Not under the fence's deadline: a large removal may take longer than one call's store operation
-            # should, and missing it would stop this process using the store for its cooldown. It is not what
-            # makes the invalidation hold (the mark is); a store that fails it is worth a warning only.
-            try:
-                await self.store.remove_matching(Match(TOOLS_GROUP, server=readable_server(server_id)))
-            except Exception:
-                logger.warning("could not remove the entries of %s from the store", server_id, exc_info=True)
-            return
-        identity = CallIdentity(server_id, self.partition, "", tool, dict(arguments or {}))
-        try:
-            call_mark = identity.call_mark_key()
-        except CanonicalizationError:
-            return  # arguments with no canonical form: such a call is never cached
-        now = self.clock()
-        # Recorded here as well as in the store, as `end_freshness` does, and before anything is removed: from
-        # this moment no lookup in this process takes what the call stored, or a flight sent before, as fresh.
-        _remember(self._invalidated, call_mark, max(now, self._invalidated.get(call_mark, now)))
-        self._tier.discard_if(lambda held: held.call == call_mark)
-        await self._store.save_persistently(call_mark, mark_item(now))
-        for server, era, variant in list(self._variants.keys()):
-            if server == server_id:
-                named = CallIdentity(server_id, self.partition, era, tool, identity.arguments, variant)
-                for key in self._keys(named):
-                    await self._remove(key)
-
-    async def clear(self) -> int:
-        """Remove every tool answer the store holds (every server, every partition); returns how many.
-
-        The freshness marks stay, so nothing cached before is ever taken for fresh again, and in this process
-        no call shares a request sent before the clear. A failing store raises: unlike a call, a clear that
-        did not happen must not look as if it had.
-        """
-        self._cleared_at = self.clock()
-        self._tier.clear()
-        self._validated.clear()
-        return await self.store.remove_matching(Match(TOOLS_GROUP))
-
-    def entries(self, *, server: str | None = None, tool: str | None = None) -> AsyncIterator[CachedEntry]:
-        """What the store holds, a page at a time, each as a person reads it (see `mcpcache cache ls`):
-        `server` is an entry's readable server label, as listed."""
-        from mcpcache.client.inventory import cached_entries
-
-        return cached_entries(self.store, server=server, tool=tool, clock=self.clock)
-
     async def flush(self) -> None:
-        """Wait for the revalidations this cache runs in the background (for answers it served stale) to land."""
+        """Wait for the revalidations this cache runs in the background (for answers it served stale) to land,
+        then for the store writes it started beside its calls (a revalidation records the server's
+        confirmation after the answer is returned). `close()` does it too."""
         await self._background.wait()
+        await self._deferred.flush()
 
     async def close(self) -> None:
-        """Cancel and await the revalidations running in the background, then close the store if this cache
-        opened it (the default SQLite file); a store you passed stays open."""
+        """Cancel and await the revalidations running in the background, wait for this cache's pending store
+        writes, then close the store if this cache opened it (the default SQLite file); a store you passed
+        stays open."""
         await self._background.close()
+        await self._deferred.flush()
         if self._owns_store:
             await self.store.close()
 
@@ -359,13 +308,6 @@ class ToolCache(StaleServing):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
-
-    def _keys(self, identity: CallIdentity) -> list[str]:
-        """The store keys `identity` may be kept under (its own arm, and the shared one when sharing)."""
-        keys = [identity.key("private")]
-        if self.share_public:
-            keys.append(identity.key("public", share_public=True))
-        return keys
 
     # -- the driver ---------------------------------------------------------------------------------
 
@@ -415,8 +357,12 @@ class ToolCache(StaleServing):
             sent = await self._send(conn, identity, "", mode, user_meta, left_alone, conn.timeout_s)
             return self._finish(identity, *sent)
         if (conn.server_id, conn.era, variant) not in self._variants:
-            _remember(self._variants, (conn.server_id, conn.era, variant), None)
+            remember(self._variants, (conn.server_id, conn.era, variant), None)
 
+        if mode == "use":
+            hit = self._fresh_now(identity, key)
+            if hit is not None:
+                return self._finish(identity, *hit)
         deadline = None if conn.timeout_s is None else anyio.current_time() + conn.timeout_s
         replaced = 0
         while True:
@@ -501,6 +447,47 @@ class ToolCache(StaleServing):
         _annotate_span(identity, outcome)
         return result, outcome
 
+    def _fresh_now(self, identity: CallIdentity, key: str) -> tuple[CallToolResult, CallOutcome] | None:
+        """A fresh hit answered without awaiting anything, or None for the ordinary path (which decides every
+        case, this one included, the slower way).
+
+        Only the common case: the store answers from this process's memory (`Store.peek_now`), holds the
+        call's own-arm entry, the decoded tier holds exactly that version, and the entry is fresh by the same
+        rules as ever (the store's marks and this process's). Anything else, including a failing store
+        (whose failure the ordinary path meets and counts) or a confirmation of this key not yet written,
+        goes the ordinary way.
+        """
+        if self._store.circuit_open or self._deferred.pending(key):
+            return None
+        mark_key, call_mark = identity.mark_key(), identity.call_mark_key()
+        try:
+            items = self.store.peek_now([key, mark_key, call_mark])
+        except Exception:
+            return None
+        if items is None or len(items) != 3:
+            return None
+        item, server_mark, call_mark_item = items
+        if item is None:
+            return None
+        held = self._tier.get(key, item.tag, item.checksum)
+        if held is None:
+            return None
+        entry = self._tier.entry_of(key, item.meta)
+        if entry is None or entry.tool != identity.tool:
+            return None
+        ended = freshness_ended_at(
+            self._ended_here(mark_key, call_mark),
+            server_mark.meta.get("endedAt") if server_mark is not None else None,
+            call_mark_item.meta.get("endedAt") if call_mark_item is not None else None,
+        )
+        now = self.clock()
+        decision = decide_lookup("use", entry, now, ended)
+        if not isinstance(decision, ServeFresh):
+            return None
+        result = held.result if self.read_only_views else held.copy()
+        left_ms = max(0, int((entry.fresh_until() - now) * 1000))
+        return result, CallOutcome("fresh_hit", False, decision.reason, entry.size, fresh_for_ms=left_ms)
+
     async def _look(self, identity: CallIdentity, private_key: str, mode: CacheMode) -> _Looked:
         """The entry this partition may be served (its own arm first, then the shared one), when freshness
         last ended, and what to do about it, all from one round trip to the store for the metadata only.
@@ -511,6 +498,9 @@ class ToolCache(StaleServing):
             arms.append(("public", identity.key("public", share_public=True)))
         mark_key, call_mark = identity.mark_key(), identity.call_mark_key()
         keys = [key for _, key in arms] + [mark_key, call_mark]
+        if self._deferred:
+            for _, key in arms:
+                await self._deferred.settled(key)  # this process reads its own confirmations
         items = await self._store.look(keys, peek=True)
         if items is None:
             # The store did not answer, so a freshness end another cache or process recorded there is
@@ -523,7 +513,7 @@ class ToolCache(StaleServing):
             if item is None:
                 self._tier.discard(key)
                 continue
-            entry = EntryMeta.from_json(item.meta)
+            entry = self._tier.entry_of(key, item.meta)
             if entry is None or entry.tool != identity.tool:
                 await self._remove(key)  # not a record this cache wrote for this call
                 continue
@@ -540,27 +530,12 @@ class ToolCache(StaleServing):
         entry = found.entry if found is not None else None
         return _Looked(found, ended, decide_lookup(mode, entry, self.clock(), ended))
 
-    def _ended_here(self, mark_key: str, call_mark: str) -> float | None:
-        """When this process last ended the freshness of a call's entries: a mutation or notification (its
-        server's), an invalidation (its own) or a clear (everything's), whichever came last."""
-        latest = self._ended.get(mark_key)
-        if not self._invalidated and self._cleared_at is None:
-            return latest
-        for at in (self._invalidated.get(call_mark), self._cleared_at):
-            if at is not None and (latest is None or at > latest):
-                latest = at
-        return latest
-
-    async def _remove(self, key: str) -> None:
-        self._tier.discard(key)
-        await self._store.remove(key)
-
     async def _answer_of(self, found: Found) -> CallToolResult | _Unserved:
-        """A private copy of the stored answer `found` names: from the decoded tier when it holds this version;
-        otherwise its body is loaded (within a deadline scaled to the size the lookup read) and decoded, and
-        the decoding kept in the tier."""
+        """A private copy of the stored answer `found` names (with `read_only_views`, the held answer itself):
+        from the decoded tier when it holds this version; otherwise its body is loaded (within a deadline
+        scaled to the size the lookup read) and decoded, and the decoding kept in the tier."""
         if found.decoded is not None:
-            return found.decoded.copy()
+            return found.decoded.result if self.read_only_views else found.decoded.copy()
         loaded = await self._store.look([found.key], moving=found.entry.stored_bytes)
         if loaded is None:
             return _Unserved.STORE_FAILED
@@ -577,7 +552,7 @@ class ToolCache(StaleServing):
             stored, body, item.tag, item.checksum, server=found.server_id, call=found.call, answer=found.entry.size
         )
         self._tier.put(found.key, held)
-        return copy_result(stored)
+        return stored if self.read_only_views else held.copy()
 
     async def _serve_fresh(self, looked: _Looked) -> tuple[CallToolResult, CallOutcome] | _Unserved:
         assert looked.found is not None
@@ -595,16 +570,6 @@ class ToolCache(StaleServing):
         if why is _Unserved.UNREADABLE:
             await self._remove(looked.found.key)
         return _Looked(None, looked.ended_at, Fetch(store=True, reason=f"miss: {why.value}"))
-
-    async def end_freshness(self, server_id: str, era: str | None = None) -> None:
-        """End the freshness of every entry of `server_id` in this partition (their tags stay usable)."""
-        identity = CallIdentity(server_id, self.partition, era or "", "", {})
-        now = self.clock()
-        mark_key = identity.mark_key()
-        # Kept here as well as in the store: a store that fails to save the mark (or loses it to eviction)
-        # must not make this process serve, as fresh, entries the server has since changed.
-        self._ended[mark_key] = max(now, self._ended.get(mark_key, now))
-        await self._store.save_persistently(mark_key, mark_item(now))
 
     async def _send(
         self,
@@ -744,11 +709,12 @@ class ToolCache(StaleServing):
             await self._remove(found.key)
         self._tier.discard(own)
         item = entry_item(meta, body, self._expires_at(meta), server=readable_server(identity.server))
+        await self._deferred.settled(own)
         stored = await self._store.save(own, item)
         checksum = body_checksum(body)
         if stored and self._tier.admits(len(body)):
-            # Kept decoded as a copy of its own: `reply` is the caller's to change.
-            copy = copy_result(reply)
+            # Kept decoded as a copy of its own: `reply` is the caller's to change (unless it promised not to).
+            copy = reply if self.read_only_views else copy_result(reply)
             held = hold(copy, body, meta.etag, checksum, server=identity.server, call=marks[1], answer=meta.size)
             self._tier.put(own, held)
         saved = 0 if patched_by is None else max(meta.size - patched_by, 0)
@@ -830,9 +796,14 @@ class ToolCache(StaleServing):
                 return None
             self._validated[checked] = None
         meta = decision.meta
-        await self._store.update_meta(
-            found.key, meta.to_json(), self._expires_at(meta), if_tag=found.item.tag, stamp=meta.requested_at
-        )
+        meta_json, expires_at, tag = meta.to_json(), self._expires_at(meta), found.item.tag
+
+        def record() -> Coroutine[Any, Any, bool]:
+            return self._store.update_meta(found.key, meta_json, expires_at, if_tag=tag, stamp=meta.requested_at)
+
+        # After the answer is returned: the record only feeds other processes and this process's next lookup
+        # of the key (which waits for it), and the store keeps it compare-and-set whenever it lands.
+        await self._deferred.start(found.key, record, "recording a revalidation")
         saved = max(found.entry.size - len(encode_result(reply)), 0)
         return result, CallOutcome("revalidated", False, f"{lookup_reason}; {decision.reason}", saved)
 
@@ -845,18 +816,8 @@ class ToolCache(StaleServing):
             await self.end_freshness(conn.server_id, conn.era)
 
 
-_MAX_REMEMBERED = 4096
-
 _LOOKS_AFTER_A_REPLACEMENT = 3
 """Lookups a call makes while other writers keep replacing the entry under it, before it is a miss."""
-
-
-def _remember(memory: dict[K, V], key: K, value: V) -> None:
-    """Set `key`, dropping the oldest entries past `_MAX_REMEMBERED`."""
-    memory.pop(key, None)
-    memory[key] = value
-    while len(memory) > _MAX_REMEMBERED:
-        del memory[next(iter(memory))]
 
 
 def _annotate_span(identity: CallIdentity, outcome: CallOutcome) -> None:

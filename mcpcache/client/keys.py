@@ -50,23 +50,59 @@ class CallIdentity:
         """
         return self._canonical_arguments
 
+    def _remembered(self) -> tuple[Any, ...] | None:
+        """What names this call in `_KEYS`: every field, with the arguments as (name, type, value) triples,
+        for arguments of a few plain values (str, int, bool, None); None for any other (computed each time).
+        The type is part of it: `True == 1` and both hash alike, but their canonical JSON differs."""
+        cached = self.__dict__.get("_memo", _UNSET)
+        if cached is not _UNSET:
+            return cached  # type: ignore[no-any-return]
+        memo: tuple[Any, ...] | None = None
+        arguments = self.arguments
+        if len(arguments) <= _MEMO_MOST_ARGUMENTS:
+            triples = []
+            for name, value in arguments.items():
+                kind = type(value)
+                if type(name) is not str or not (kind is str or kind is int or kind is bool or value is None):
+                    break
+                if kind is str and len(value) > _MEMO_LONGEST_STRING:
+                    break
+                triples.append((name, kind, value))
+            else:
+                triples.sort(key=_first)
+                memo = (self.server, self.partition, self.era, self.tool, self.variant, tuple(triples))
+        self.__dict__["_memo"] = memo  # a frozen dataclass: set as cached_property sets its value
+        return memo
+
     def key(self, arm: Arm, *, share_public: bool = False) -> str:
         """The store key of this call's entry in `arm`.
 
         A public entry leaves the partition out only when the user turned sharing on; otherwise public
         entries stay inside their partition like private ones.
         """
+        memo = self._remembered()
+        which = (arm, share_public, memo)
+        if memo is not None and (known := _KEYS.get(which)) is not None:
+            return known
         partition = None if arm == "public" and share_public else self.partition
         # Strings (and one None) only: their JSON is already canonical and holds no NaN to look for.
         head = orjson.dumps([arm, self.server, partition, self.era, self.tool, self.variant])
         digest = hashlib.sha256(head)
         digest.update(b"\x00")
         digest.update(self.canonical_arguments())
-        return "t:" + digest.hexdigest()
+        key = "t:" + digest.hexdigest()
+        if memo is not None:
+            _keep(which, key)
+        return key
 
     def mark_key(self) -> str:
         """Where the time this (server, partition) last ended freshness is kept."""
-        return "m:" + hashlib.sha256(orjson.dumps([self.server, self.partition])).hexdigest()
+        which = ("mark", self.server, self.partition)
+        known = _KEYS.get(which)
+        if known is None:
+            known = "m:" + hashlib.sha256(orjson.dumps([self.server, self.partition])).hexdigest()
+            _keep(which, known)
+        return known
 
     def call_mark_key(self) -> str:
         """Where the time this call's entries were last invalidated (in this partition) is kept: the same for
@@ -75,12 +111,38 @@ class CallIdentity:
 
         Read on every lookup, so it is xxh3-128 rather than SHA-256: a crafted collision could only make
         someone's entry stale (one more revalidation), never serve anyone a wrong answer."""
+        memo = self._remembered()
+        which = ("call", memo)
+        if memo is not None and (known := _KEYS.get(which)) is not None:
+            return known
         head = orjson.dumps(["call", self.server, self.partition, self.tool])
-        return "c:" + xxhash.xxh3_128_hexdigest(head + b"\x00" + self.canonical_arguments())
+        key = "c:" + xxhash.xxh3_128_hexdigest(head + b"\x00" + self.canonical_arguments())
+        if memo is not None:
+            _keep(which, key)
+        return key
 
     def readable_arguments(self) -> str:
         """The canonical arguments as text a person can read, cut to `READABLE_LIMIT` characters."""
         return abbreviate(self.canonical_arguments().decode())
+
+
+_UNSET: Any = object()
+_MEMO_MOST_ARGUMENTS = 8
+_MEMO_LONGEST_STRING = 256
+_KEYS: dict[tuple[Any, ...], str] = {}
+"""The keys of calls made lately (of a few plain arguments: `CallIdentity._remembered`), so that a call made
+again (a fresh hit) does not hash again; emptied when it reaches `_KEYS_MOST`."""
+_KEYS_MOST = 8192
+
+
+def _first(triple: tuple[str, type, Any]) -> str:
+    return triple[0]
+
+
+def _keep(which: tuple[Any, ...], key: str) -> None:
+    if len(_KEYS) >= _KEYS_MOST:
+        _KEYS.clear()
+    _KEYS[which] = key
 
 
 READABLE_LIMIT = 200

@@ -33,7 +33,6 @@ from typing import Any, Literal, Required
 
 import anyio.to_thread
 import pydantic_core
-import xxhash
 from fastmcp import FastMCP
 from fastmcp.exceptions import ToolError
 from fastmcp.server.middleware.caching import CallToolSettings, ResponseCachingMiddleware
@@ -43,6 +42,7 @@ from typing_extensions import TypedDict
 
 from mcpcache.demo import exact_json
 from mcpcache.server.fastmcp import install
+from mcpcache.server.files import FileVersions
 from mcpcache.server.history import DEFAULT_HISTORY_BYTES
 from mcpcache.server.policies import CachePolicy, ToolPolicies
 
@@ -163,6 +163,7 @@ class NotebookFolder:
         weakref.finalize(self, os.close, self._root_fd)
         # Edits are read-modify-write; two at once would lose one of them.
         self.edit_lock = threading.Lock()
+        self.versions = FileVersions()
 
     def parts(self, path: object) -> tuple[str, ...]:
         """The components of the notebook `path` names, relative to the folder, or a ToolError."""
@@ -263,12 +264,14 @@ class NotebookFolder:
     def version(self, path: object) -> str | None:
         """The xxh3-128 of the notebook's bytes, or None when `path` is not a notebook here.
 
-        Content, never mtime: a file rewritten within the clock's granularity, or restored with its
-        old mtime, must still get a new tag.
+        Content, never mtime: a file rewritten within the clock's granularity, or restored with its old
+        mtime, must still get a new tag. The bytes are read again only when the file's stat moved
+        (`FileVersions`: the hash it gave last time, while size, mtime, ctime and inode stay as they were
+        and the file has settled).
         """
         try:
             with self.open(path) as opened:
-                return xxhash.xxh3_128_hexdigest(opened.read())
+                return self.versions.of_fd(opened.fd, opened.info)
         except (ToolError, OSError):
             # The body will run and give the client the proper error.
             return None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from mcpcache.server.files import FileVersions
 from mcpcache.server.policies import CachePolicy, DeclarationError, ToolPolicies, cache_meta
 from mcpcache.server.revalidator import Revalidator, ServerStats
 
@@ -27,6 +28,7 @@ _LAZY = {
 __all__ = [
     "CachePolicy",
     "DeclarationError",
+    "FileVersions",
     "RevalidationExtension",
     "RevalidationMiddleware",
     "Revalidator",

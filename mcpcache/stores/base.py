@@ -136,6 +136,13 @@ class Store(SDKResponseCacheMixin, ABC):
         bodies and drops them: correct for any store, cheap for none."""
         return [None if item is None else replace(item, body=b"") for item in await self.load_many(keys)]
 
+    def peek_now(self, keys: Sequence[str]) -> list[Item | None] | None:
+        """What `peek_many` would return, answered without awaiting by a store that can answer so without ever
+        blocking (one held in this process's memory); None from any other store (the default), which is then
+        asked through `peek_many`. It lets a caller skip the deadline it puts around every store operation
+        (`mcpcache.client.fence`) where no deadline can be missed."""
+        return None
+
     @abstractmethod
     async def save(self, key: str, item: Item) -> bool:
         """Store `item` unless the live item under `key` has a strictly later stamp; True if now stored."""

@@ -74,7 +74,7 @@ def _bodies(lab: Lab) -> list[Callable[..., Any]]:
     def answer(tool: str, key: str) -> dict[str, Any]:
         docs.ran(tool, key)
         out = {"kind": "doc", "key": key, "text": docs.text(key), "version": docs.version(key)}
-        if key.startswith("rows"):  # an answer of many small values (the decoded tier marshals those)
+        if key.startswith("rows"):  # an answer of many small values (a table's rows)
             out["rows"] = [{"id": i, "name": f"r{i}", "tags": ["a", "b"]} for i in range(ROWS)]
         return out
 

@@ -77,7 +77,7 @@ def key_of(cache: ToolCache, era: str | None) -> str:
     return CallIdentity(SERVER_ID, cache.partition, era or "", "read", K).key("private")
 
 
-@pytest.mark.parametrize("key", ["k", "rows"], ids=["structural copy", "many small values, marshalled"])
+@pytest.mark.parametrize("key", ["k", "rows"], ids=["few values", "many small values"])
 async def test_a_callers_changes_never_reach_a_later_serve(backend: Backend, opened: Store, key: str) -> None:
     clock = clock_of(backend)
     cache = ToolCache(opened, clock=clock)
@@ -93,7 +93,7 @@ async def test_a_callers_changes_never_reach_a_later_serve(backend: Backend, ope
             assert_pristine(call.result, first)
             scribble(call.result)
             held = list(cache._tier._held.values())
-            assert [h.marshalled is not None for h in held] == [key == "rows"]
+            assert [h.plan is not None for h in held] == [True]  # structured content: copied by its plan
         again = await conn.call("read", args)
         assert_pristine(again.result, first)
     assert statuses == [
@@ -108,7 +108,7 @@ async def test_a_callers_changes_never_reach_a_later_serve(backend: Backend, ope
     ]
 
 
-@pytest.mark.parametrize("key", ["k", "rows"], ids=["structural copy", "many small values, marshalled"])
+@pytest.mark.parametrize("key", ["k", "rows"], ids=["few values", "many small values"])
 async def test_followers_changes_never_reach_each_other_or_a_later_serve(
     backend: Backend, opened: Store, key: str
 ) -> None:
@@ -298,8 +298,13 @@ def answer(text: str, rows: int = 0, blocks: int = 1) -> mt.CallToolResult:
 
 @pytest.mark.parametrize(
     ("rows", "blocks", "form"),
-    [(0, 1, "structural"), (2000, 1, "marshalled"), (2000, 6, "pickled")],
-    ids=["few values (structural copy)", "many small values (marshalled)", "many values and blocks (pickled)"],
+    [(0, 1, "planned"), (2000, 1, "planned"), (2000, 6, "pickled"), (0, 6, "structural")],
+    ids=[
+        "few values (planned)",
+        "many small values (planned)",
+        "many values and blocks (pickled)",
+        "few values, many blocks (structural copy)",
+    ],
 )
 def test_every_copy_is_private_and_equal(rows: int, blocks: int, form: str) -> None:
     original = answer("x" * 5000, rows, blocks)
@@ -307,7 +312,7 @@ def test_every_copy_is_private_and_equal(rows: int, blocks: int, form: str) -> N
     decoded = decode_result(body)
     assert decoded is not None
     held = hold(decoded, body, "t", body_checksum(body))
-    assert (held.marshalled is not None, held.pickled is not None) == (form == "marshalled", form == "pickled")
+    assert (held.plan is not None, held.pickled is not None) == (form == "planned", form == "pickled")
     copies = [held.copy(), held.copy(), copy_result(decoded)]
     for copy in copies:
         assert copy == original

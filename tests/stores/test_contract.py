@@ -605,6 +605,26 @@ class TestChecksums:
             assert peeked[2].checksum == body_checksum(b"body a")
             assert await store.peek_many([]) == []
 
+    async def test_peek_now_answers_as_peek_many_or_not_at_all(self, backend: Backend) -> None:
+        async with backend.open() as store:
+            await store.save("a", Item({"v": 1}, b"body a", "g", 2.0, backend.now() + 3600, "tag-a", 5.0))
+            await store.save("b", Item({"v": 2}, b"body b", "h", 3.0))
+            keys = ["b", "missing", "a"]
+            now = store.peek_now(keys)
+            # Only a store that can answer without blocking answers (memory); the others send the caller to
+            # peek_many, whose deadline it then keeps.
+            assert (now is not None) == (backend.name == "memory")
+            if now is not None:
+                assert now == await store.peek_many(keys)
+                assert [p.checksum if p is not None else None for p in now] == [
+                    body_checksum(b"body b"),
+                    None,
+                    body_checksum(b"body a"),
+                ]
+                await store.update_meta("a", {"v": 3}, None, if_tag="tag-a", stamp=6.0)
+                await store.remove("b")
+                assert store.peek_now(keys) == await store.peek_many(keys)
+
     async def test_peek_many_follows_every_change_of_the_body_metadata_and_expiry(self, backend: Backend) -> None:
         async with backend.open() as store:
             await store.save("k", Item({"v": 1}, b"first", "g", tag="t1", stamp=1.0))

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from mcpcache.cli.app import app, say
+from mcpcache.cli.app import app, port_problem, say
 
 
 @app.command("gateway", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -67,6 +67,11 @@ def gateway(
 
     serve = settings.gateway
     bound = serve.port or free_port()
+    # Before anything is said or started: uvicorn finds a taken port only after the banner and startup.
+    busy = port_problem(bound, serve.host)
+    if busy is not None:
+        print(f"mcpcache gateway: {serve.host}:{bound} is {busy}; choose another with --port", file=sys.stderr)
+        raise typer.Exit(2)
     try:
         shared = open_store(settings.store) if settings.store is not None else None
         server = build_gateway(settings, store=shared).server

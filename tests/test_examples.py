@@ -2,7 +2,7 @@
 
 Each example is started the way its opening comment says (a subprocess of this interpreter); the only
 change is the port, given where the example takes one (an argument, `--port`, or $MCPCACHE_EXAMPLE_URL), and
-`mcpcache` in the proxy's host configuration, which becomes this interpreter's `-m mcpcache`.
+the full path of `mcpcache` in the proxy's host configuration, which becomes this interpreter's `-m mcpcache`.
 The default store goes to a temporary folder ($MCPCACHE_DIR), never the user's cache.
 """
 
@@ -160,10 +160,14 @@ async def test_proxy_example_is_a_host_configuration_whose_server_answers_throug
 ) -> None:
     config = json.loads((EXAMPLES / "mcp-servers.json").read_text())
     server = config["mcpServers"]["notebooks"]
-    # A host runs `command` with `args`; here `mcpcache` is this interpreter's `-m mcpcache`, in both places.
-    assert server["command"] == "mcpcache"
+    # A host runs `command` with `args`; here the full path of `mcpcache` the file asks for is this
+    # interpreter's `-m mcpcache`, in both places, as its note says.
+    placeholder = "/full/path/to/mcpcache"
+    assert server["command"] == placeholder
+    assert server["args"].count(placeholder) == 1
+    assert "in both places" in config["//"]
     command = [sys.executable, "-m", "mcpcache"]
-    args = [part for word in server["args"] for part in (command if word == "mcpcache" else [word])]
+    args = [part for word in server["args"] for part in (command if word == placeholder else [word])]
     log = tmp_path / "proxy.log"
     transport = StdioTransport(command[0], [*command[1:], *args], env=env, cwd=str(tmp_path), log_file=log)
     async with FastMCPClient(transport) as client:  # a stock client, as a host is: it never sends a tag

@@ -14,6 +14,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -232,3 +233,46 @@ def test_the_installed_command(filled_file: Path) -> None:
     assert len(table) == 2
     assert all(len(line) <= 140 for line in run.stdout.splitlines())
     assert all("fresh, " in line and 'W/"' in line for line in table), table  # nothing squeezed off the edge
+
+
+def _truncated(path: Path) -> None:
+    with path.open("r+b") as file:
+        file.truncate(2 * 4096)
+
+
+def _pages_overwritten(path: Path) -> None:
+    with path.open("r+b") as file:
+        file.seek(4096)
+        file.write(b"\xab" * 4096 * 4)
+
+
+def _header_damaged(path: Path) -> None:
+    with path.open("r+b") as file:
+        file.seek(100)
+        file.write(b"\x00" * 3000)
+
+
+@pytest.mark.parametrize("damage", [_truncated, _pages_overwritten, _header_damaged])
+@pytest.mark.parametrize("command", [["ls"], ["stats"], ["clear", "--yes"]])
+def test_a_damaged_cache_file_is_named_in_one_line_with_what_to_do_and_nothing_is_created(
+    tmp_path: Path, damage: Any, command: list[str]
+) -> None:
+    """`cache ls` on a damaged file created -wal and -shm files beside it (or moved it aside and listed a new,
+    empty store) and said nothing of what to do."""
+    path = tmp_path / "tools.db"
+    store = SQLiteStore(path)
+    fill(store)
+    anyio.run(store.close)  # the log written into the file: what a user's file looks like between runs
+    damage(path)
+    before = path.read_bytes()
+    result = CliRunner().invoke(app, ["cache", *command, "--store", str(path)])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2, result.output
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith(f"mcpcache cache: {path} is a damaged cache file ("), lines[0]
+    assert lines[0].endswith(
+        "it holds only cached answers: delete it or move it aside (ToolCache() moves a damaged file aside by "
+        "itself and starts a new one)"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tools.db"], "nothing created beside it or moved aside"
+    assert path.read_bytes() == before

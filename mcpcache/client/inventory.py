@@ -55,6 +55,9 @@ class CachedEntry:
     freshness: str
     """Why, in a few words: "fresh, 4.2 s left", "stale: expired 3.0 min ago", "stale: invalidated 2.0 s ago"
     (by a mutating call, a change notification or `invalidate`)."""
+    era: str = ""
+    """The protocol version the answer came in ("2026-07-28", "2025-11-25"; "" when not recorded): one call
+    is kept once per version, as each version's answers differ (docs/client.md, "Keys")."""
 
 
 def describe_freshness(entry: EntryMeta, now: float, ended_at: float | None) -> tuple[bool, str]:
@@ -111,6 +114,7 @@ def _described(listed: Listed, entry: EntryMeta, now: float, marks: list[Item | 
         scope=entry.scope,
         fresh=fresh,
         freshness=freshness,
+        era=entry.era,
     )
 
 

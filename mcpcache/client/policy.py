@@ -79,6 +79,9 @@ class EntryMeta:
     stored: int = 0
     """Bytes of the stored body (what loading it moves), when it differs from `size`: an answer whose text
     repeats its structured content is stored with that text once (`mcpcache.client.entries`)."""
+    era: str = ""
+    """The protocol version the answer came in (part of the key, never of a decision here): what tells two
+    entries of one call apart in `mcpcache cache ls` ("" for entries an earlier version stored)."""
 
     @property
     def stored_bytes(self) -> int:
@@ -100,6 +103,7 @@ class EntryMeta:
             "args": self.arguments,
             "marks": list(self.marks),
             **({"stored": self.stored} if self.stored else {}),
+            **({"era": self.era} if self.era else {}),
         }
 
     @classmethod
@@ -117,8 +121,8 @@ class EntryMeta:
             return None
         # Absent from entries an earlier version stored: those are read as they were. (Read on every lookup:
         # the checks are the cheapest that still refuse a wrong shape.)
-        arguments, marks, stored = raw.get("args", ""), raw.get("marks"), raw.get("stored", 0)
-        if type(arguments) is not str or not _is_count(stored):
+        arguments, marks, stored, era = raw.get("args", ""), raw.get("marks"), raw.get("stored", 0), raw.get("era", "")
+        if type(arguments) is not str or not _is_count(stored) or type(era) is not str:
             return None
         kept: tuple[str, ...] = ()
         if marks is not None:
@@ -127,7 +131,7 @@ class EntryMeta:
             kept = tuple(marks)
             if not all(type(mark) is str for mark in kept):
                 return None
-        return cls(tool, scope, ttl, etag, float(requested), float(received), size, arguments, kept, stored)
+        return cls(tool, scope, ttl, etag, float(requested), float(received), size, arguments, kept, stored, era)
 
 
 def _is_count(value: object) -> TypeGuard[int]:

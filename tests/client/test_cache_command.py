@@ -276,3 +276,35 @@ def test_a_damaged_cache_file_is_named_in_one_line_with_what_to_do_and_nothing_i
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tools.db"], "nothing created beside it or moved aside"
     assert path.read_bytes() == before
+
+
+def test_ls_shows_the_protocol_version_that_tells_one_calls_two_entries_apart(cache_dir: Path) -> None:
+    """A `fastmcp.Client` (2026-07-28) and an `mcp.ClientSession` (2025-11-25) on one server under one
+    `server_id` keep one entry each, as the protocol version is part of the key: their answers differ (the
+    2026-07-28 one carries the server's name and version in `_meta`). `ls` showed two identical rows."""
+    import mcp
+    from gateway.conftest import served_in_thread
+    from mcp.client.streamable_http import streamable_http_client
+
+    async def main(url: str) -> tuple[Any, Any]:
+        async with ToolCache() as cache:
+            async with Client(url) as client:
+                modern = await cache.wrap(client, server_id="notes").call("list_files", {})
+            async with streamable_http_client(url) as (read, write), mcp.ClientSession(read, write) as session:
+                await session.initialize()
+                legacy = await cache.wrap(session, server_id="notes").call("list_files", {})
+        return modern, legacy
+
+    with served_in_thread(notebook_server()) as url:
+        modern, legacy = anyio.run(main, url)
+    assert (modern.outcome.status, legacy.outcome.status) == ("miss", "miss")
+    assert "io.modelcontextprotocol/serverInfo" in (modern.result.meta or {})
+    assert "io.modelcontextprotocol/serverInfo" not in (legacy.result.meta or {})
+    code, out = cache_command("ls")
+    assert code == 0, out
+    assert "Server: notes\n" in out
+    heading = next(line for line in out.splitlines() if line.startswith("Tool"))
+    assert heading.split()[:3] == ["Tool", "Protocol", "Arguments"]
+    rows = sorted(line.split()[:2] for line in out.splitlines() if line.startswith("list_files"))
+    assert rows == [["list_files", "2025-11-25"], ["list_files", "2026-07-28"]]
+    assert "One call is kept once per version" in " ".join(out.split())

@@ -36,7 +36,7 @@ from mcpcache.gateway.config import (
 from mcpcache.gateway.decisions import Route
 from mcpcache.gateway.memory import ReleaseMemoryAfterLargeAnswers
 from mcpcache.gateway.middleware import GatewayMiddleware, PartitionCaches
-from mcpcache.gateway.reach import StderrRelay
+from mcpcache.gateway.stderr import StderrRelay
 from mcpcache.server.fastmcp import RevalidationCapability
 from mcpcache.stores import opening
 from mcpcache.stores.base import Store

@@ -3,24 +3,15 @@ first call would, so that an upstream that cannot start or answer stops the gate
 and its error (otherwise every call fails later with `Unknown tool`, the cause only in the log).
 
 A stdio upstream's error is what it wrote on stderr before it exited ("No module named mcpcache" when the
-command's `python` is not the one mcpcache is installed in). Its stderr therefore goes through a relay
-that holds the lines until the upstream has answered, then passes them on to the gateway's stderr, and
-keeps the last of them for the message.
+command's `python` is not the one mcpcache is installed in): its stderr goes through a relay
+(`mcpcache.gateway.stderr`) that holds the lines until the upstream has answered, and keeps the last of
+them for the message.
 """
 
 from __future__ import annotations
 
-import array
-import collections
-import contextlib
-import fcntl
-import os
-import sys
-import termios
-import threading
-import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.to_thread
@@ -28,93 +19,11 @@ import anyio.to_thread
 if TYPE_CHECKING:
     from mcpcache.gateway.app import Upstream
 
-__all__ = ["UPSTREAM_START_S", "StderrRelay", "reach_upstreams"]
+__all__ = ["UPSTREAM_START_S", "reach_upstreams"]
 
 UPSTREAM_START_S = 120.0
 """How long an upstream has to connect and list its tools at start (a stdio server's first start in a
 fresh environment can take half a minute on a loaded machine)."""
-
-
-class StderrRelay:
-    """A pipe for a child's stderr, written on to this process's stderr as lines come; the last few are kept
-    for a message. `held=True`: the lines are held (up to `hold`) until `release()`."""
-
-    def __init__(self, *, held: bool = False, keep: int = 20, hold: int = 10_000) -> None:
-        self._read_fd, write_fd = os.pipe()
-        self.writer: TextIO = open(write_fd, "w")  # noqa: SIM115 (open for the child's whole life)
-        self._lock = threading.Lock()
-        self._held: collections.deque[bytes] = collections.deque(maxlen=hold)
-        self._released = not held
-        self._last: collections.deque[bytes] = collections.deque(maxlen=keep)
-        self._partial = b""
-        self._busy = False
-        self._thread = threading.Thread(target=self._pump, name="upstream-stderr", daemon=True)
-        self._thread.start()
-
-    def _pump(self) -> None:
-        while True:
-            try:
-                chunk = os.read(self._read_fd, 65536)
-            except OSError:
-                return
-            if not chunk:
-                return
-            with self._lock:
-                self._busy = True
-            *lines, self._partial = (self._partial + chunk).split(b"\n")
-            for line in lines:
-                self._take(line + b"\n")
-            with self._lock:
-                self._busy = False
-
-    def _take(self, line: bytes) -> None:
-        with self._lock:
-            self._last.append(line)
-            if not self._released:
-                self._held.append(line)
-                return
-        self._write(line)
-
-    @staticmethod
-    def _write(line: bytes) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            stream = sys.stderr
-            stream.write(line.decode(errors="replace"))
-            stream.flush()
-
-    def release(self) -> None:
-        """From now on, pass the lines on (the ones held first)."""
-        with self._lock:
-            held, self._released = list(self._held), True
-            self._held.clear()
-        for line in held:
-            self._write(line)
-
-    def drain(self, within_s: float) -> None:
-        """Wait (at most `within_s`) until every byte written so far is read (a child that has exited has
-        written all it will)."""
-        deadline = time.monotonic() + within_s
-        quiet = 0
-        while time.monotonic() < deadline and quiet < 2:
-            # Twice in a row, 10 ms apart: the pipe empty and the pump not handling a chunk (between its read
-            # and marking itself busy there are only a few instructions).
-            waiting = array.array("i", [0])
-            with contextlib.suppress(OSError):
-                fcntl.ioctl(self._read_fd, termios.FIONREAD, waiting)
-            with self._lock:
-                quiet = quiet + 1 if waiting[0] == 0 and not self._busy else 0
-            time.sleep(0.01)
-
-    def last_words(self) -> str:
-        """The last line the child wrote that says something (a traceback's last line is its error)."""
-        with self._lock:
-            lines = [line.decode(errors="replace").strip() for line in self._last]
-        said = [line for line in lines if line]
-        return said[-1] if said else ""
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.writer.close()
 
 
 def _why(exc: BaseException) -> str:

@@ -73,9 +73,9 @@ def test_client_example_reads_the_demo_notebook_three_times_and_says_what_each_r
     serving: Serving, env: dict[str, str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     start, port = serving
-    # The README's demo server, as the README starts it: its 20 s ttl holds the promised order on a loaded
+    # The README's demo server, as the README starts it: its 30 s ttl holds the promised order on a loaded
     # machine (with 5 s, the time to store the first read let the second one find it stale).
-    start(["-m", "mcpcache", "demo-server", "--http", str(port), "--generate", "200", "--ttl-ms", "20000"])
+    start(["-m", "mcpcache", "demo-server", "--http", str(port), "--generate", "200", "--ttl-ms", "30000"])
     monkeypatch.setenv("MCPCACHE_DIR", env["MCPCACHE_DIR"])
     monkeypatch.setenv("MCPCACHE_EXAMPLE_URL", f"http://127.0.0.1:{port}/mcp")
     out = run_example("client.py", [], capsys, monkeypatch)
@@ -96,7 +96,7 @@ def test_client_example_says_how_to_start_the_server_when_nothing_answers(
     with pytest.raises(SystemExit) as exited:
         run_example("client.py", [f"http://127.0.0.1:{free_port()}/mcp"], capsys, monkeypatch)
     assert str(exited.value.code).endswith(
-        "Start the demo server first: mcpcache demo-server --http 8765 --generate 200 --ttl-ms 20000"
+        "Start the demo server first: mcpcache demo-server --http 8765 --generate 200 --ttl-ms 30000"
     )
 
 

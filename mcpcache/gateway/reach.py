@@ -49,7 +49,8 @@ async def reach_upstreams(
     upstreams: Sequence[Upstream], *, within_s: float = UPSTREAM_START_S
 ) -> list[tuple[Upstream, str]]:
     """Connect to each upstream and list its tools, side by side, in this event loop (where the gateway then
-    serves: a stdio upstream's process and session are kept for the calls). Returns (upstream, why) for
+    serves: a stdio upstream's process and session are kept for the calls); not those that get the
+    callers' headers (`forward_headers`). Returns (upstream, why) for
     each that failed, with the reason in words; a stdio upstream's last line on stderr is part of it."""
     failed: list[tuple[Upstream, str]] = []
 
@@ -74,5 +75,8 @@ async def reach_upstreams(
 
     async with anyio.create_task_group() as group:
         for upstream in upstreams:
-            group.start_soon(one, upstream)
+            # One that is sent each caller's own headers (its credentials) cannot be asked before a caller
+            # comes: it is left to the first call, as before.
+            if not upstream.settings.forward_headers:
+                group.start_soon(one, upstream)
     return sorted(failed, key=lambda pair: pair[0].name)

@@ -85,3 +85,22 @@ def test_a_stdio_upstream_that_starts_is_kept_and_its_stderr_comes_after_it_answ
     assert "mcpcache: wrote" in text, text  # the upstream's stderr, passed on
     assert text.index("mcpcache: wrote") < text.index("mcpcache gateway: serving"), text
     assert text.count("mcpcache: wrote") == 1, "the upstream was started twice"
+
+
+def test_an_upstream_sent_the_callers_headers_is_left_to_the_first_caller(tmp_path: Path) -> None:
+    """It may refuse anyone without a caller's credentials, so it is not asked at start (a down one then
+    fails the calls that reach it, as before)."""
+    port = free_port()
+    config = tmp_path / "gateway.toml"
+    config.write_text(f'[upstreams.api]\nurl = "http://127.0.0.1:{free_port()}/mcp"\nforward_headers = true\n')
+    with (tmp_path / "gateway.log").open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "mcpcache", "gateway", "--config", str(config), "--port", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_until_listening(process, port, 120, "mcpcache gateway")
+        finally:
+            stop_process(process)
+    assert "mcpcache gateway: serving" in (tmp_path / "gateway.log").read_text()

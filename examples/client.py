@@ -1,8 +1,9 @@
 """Read one notebook three times through mcpcache's client cache and say what each read cost.
 
-Start the demo server first (it writes demo-200.ipynb, a notebook of 200 cells, and serves it):
+Start the demo server first (it writes demo-200.ipynb, a notebook of 200 cells, into its demo folder and
+serves it; its answers stay fresh for 30 s):
 
-    mcpcache demo-server --http 8765 --generate 200
+    mcpcache demo-server --http 8765 --generate 200 --ttl-ms 30000
 
 then, in another terminal:
 
@@ -27,7 +28,7 @@ from mcpcache.client import CallOutcome
 
 URL = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("MCPCACHE_EXAMPLE_URL", "http://127.0.0.1:8765/mcp")
 NOTEBOOK = "demo-200.ipynb"
-START = "mcpcache demo-server --http 8765 --generate 200"
+START = "mcpcache demo-server --http 8765 --generate 200 --ttl-ms 30000"
 
 
 def size(n: int) -> str:
@@ -83,8 +84,9 @@ async def main() -> None:
             call = await cached.call("read_notebook", {"path": NOTEBOOK})  # the result and what the cache did
             print(f"read {read}: {explain(call.outcome)}")
             if read == 2 and call.outcome.fresh_for_ms is not None:
-                # The demo server's answers stay fresh for 5 s (--ttl-ms). Wait that out so the third read
-                # shows the other way the cache saves bytes: revalidation.
+                # The demo server's answers stay fresh as long as it says (--ttl-ms: 30 s in the README's
+                # command, long enough for the second read to be a fresh hit even on a busy machine). Wait
+                # that out so the third read shows the other way the cache saves bytes: revalidation.
                 wait_s = call.outcome.fresh_for_ms / 1000 + 0.2
                 print(f"        (waiting {wait_s:.1f} s for the cached copy to go stale)")
                 await asyncio.sleep(wait_s)

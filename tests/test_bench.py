@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -49,6 +50,7 @@ def bench_out(tmp_path_factory: pytest.TempPathFactory) -> Path:
     quick = _bench("--quick", "--out", str(out))
     assert quick.returncode == 0, quick.stderr[-4000:] + quick.stdout[-4000:]
     assert "bench-quick.json" in quick.stdout
+    (out / "quick-stdout.txt").write_text(quick.stdout)
     assert {name: _digest(out / name) for name in before} == before, "--quick overwrote the full run's files"
     return out
 
@@ -63,6 +65,18 @@ def test_a_full_run_writes_bench_json_and_a_png_per_transport(bench_out: Path) -
         ("mcpcache", "http", "100KB"),
     }
     assert (bench_out / "bench-http.png").read_bytes()[:8] == PNG
+
+
+def test_progress_on_a_pipe_is_plain_lines_as_the_run_goes(bench_out: Path) -> None:
+    """Output to a file or a pipe gets no bar (drawn once, at the end, it left minutes of silence) but a line
+    per phase and per tenth of the reads."""
+    out = (bench_out / "quick-stdout.txt").read_text()
+    assert not re.search(r"━ *\d+/42", out), out  # the bar's tail
+    assert "http: starting 7 workers: 0/42 reads" in out
+    counts = [int(n) for n in re.findall(r"^http, 100 KB: (\d+)/42 reads, \d+:\d\d elapsed$", out, re.MULTILINE)]
+    assert len(counts) >= 10, out
+    assert counts == sorted(counts)
+    assert counts[-1] == 42
 
 
 def test_quick_json_holds_every_configuration_with_provenance(bench_out: Path) -> None:

@@ -75,6 +75,16 @@ def test_demo_server_refuses_a_port_in_use_and_a_missing_folder(
     assert_one_line(capsys, "demo-server", "--dir", str(tmp_path / "nope"), says="not a folder")
 
 
+def test_gateway_refuses_a_port_in_use_in_one_line_before_saying_it_serves(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, listening: int
+) -> None:
+    says = f"mcpcache gateway: 127.0.0.1:{listening} is in use (another server is listening there); choose another"
+    assert_one_line(capsys, "gateway", "--upstream", "http://127.0.0.1:9/mcp", "--port", str(listening), says=says)
+    config = tmp_path / "gateway.toml"
+    config.write_text(f'[gateway]\nport = {listening}\n\n[upstreams.nb]\nurl = "http://127.0.0.1:9/mcp"\n')
+    assert_one_line(capsys, "gateway", "--config", str(config), says=says)
+
+
 def test_bench_refuses_missing_and_malformed_files(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     missing, malformed, foreign = tmp_path / "missing.json", tmp_path / "malformed.json", tmp_path / "foreign.json"
     malformed.write_text('{"raw": [')

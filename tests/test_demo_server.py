@@ -421,6 +421,34 @@ def test_stdio_mode_keeps_stdout_for_the_protocol(tmp_path: Path) -> None:
     nbformat.validate(nbformat.read(tmp_path / "demo-2.ipynb", as_version=4))
 
 
+@pytest.mark.slow
+def test_generate_without_a_folder_writes_to_the_demo_folder_not_where_it_is_run(tmp_path: Path) -> None:
+    """The README's `mcpcache demo-server --generate 200`, run in a clone, left demo-200.ipynb in it (and a
+    host running the proxy's example in its own working folder): without --dir the demo folder is served."""
+    here, cache = tmp_path / "clone", tmp_path / "cache"
+    here.mkdir()
+    finished = subprocess.run(
+        [_console_script(), "demo-server", "--generate", "2"],
+        input=b"",
+        capture_output=True,
+        timeout=30,
+        check=True,
+        cwd=here,
+        env={**os.environ, "MCPCACHE_DIR": str(cache)},
+    )
+    assert list(here.iterdir()) == []
+    assert f"mcpcache: wrote {cache / 'demo' / 'demo-2.ipynb'} (".encode() in finished.stderr
+    nbformat.validate(nbformat.read(cache / "demo" / "demo-2.ipynb", as_version=4))
+
+
+def test_an_unusable_demo_folder_is_refused_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a folder")
+    result = CliRunner().invoke(app, ["demo-server", "--generate", "2"], env={"MCPCACHE_DIR": str(tmp_path / "file")})
+    assert result.exit_code == 2
+    assert "the demo folder cannot be used" in result.output
+    assert "name one with --dir" in result.output
+
+
 @pytest.mark.anyio
 async def test_concurrent_edits_both_land_and_keep_the_file_mode(folder: Path) -> None:
     path = folder / "a.ipynb"

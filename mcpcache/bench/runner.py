@@ -30,11 +30,11 @@ from typing import Any
 
 import anyio
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from mcpcache.bench import report
 from mcpcache.bench.common import machine
 from mcpcache.bench.configs import Config, select
+from mcpcache.bench.progress import Reporter, reporter, sigint_deferred, start_fork_server, stop_fork_server
 from mcpcache.bench.worker import PRELOAD, WARM_UP_NOTEBOOK, RunSpec, run_server, run_worker
 from mcpcache.processes import free_port
 
@@ -117,6 +117,7 @@ def _notebooks(out: Path, sizes: tuple[str, ...], console: Console) -> dict[str,
             from mcpcache.demo.notebooks import generate_notebook_of_size
 
             console.print(f"generating the {label} notebook")
+            marker.unlink(missing_ok=True)  # an interrupted generation must not pass for a finished one
             generate_notebook_of_size(path, parse_size(label), seed=SEED)
             marker.write_text(wanted)
         paths[label] = path
@@ -132,20 +133,25 @@ def _notebooks(out: Path, sizes: tuple[str, ...], console: Console) -> dict[str,
 def _context() -> multiprocessing.context.ForkServerContext:
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(PRELOAD))
+    start_fork_server()
     return context
 
 
-def _stop(process: multiprocessing.process.BaseProcess, timeout_s: float = 15.0) -> None:
-    """End a process this run started, by its PID: SIGTERM, then SIGKILL if it lingers."""
-    if process.pid is None:
-        return
-    process.join(timeout=0)
-    if process.exitcode is None:
-        process.terminate()
-        process.join(timeout_s)
-    if process.exitcode is None:
-        process.kill()
-        process.join(timeout_s)
+def _stop(*processes: multiprocessing.process.BaseProcess | None, timeout_s: float = 15.0) -> None:
+    """End processes this run started, by their PIDs: SIGTERM to all, then SIGKILL to any that lingers."""
+    started = [p for p in processes if p is not None and p.pid is not None]
+    for process in started:
+        process.join(timeout=0)
+        if process.exitcode is None:
+            process.terminate()
+    for signal_next in (True, False):
+        deadline = time.monotonic() + timeout_s
+        for process in started:
+            process.join(max(0.0, deadline - time.monotonic()))
+        if signal_next:
+            for process in started:
+                if process.exitcode is None:
+                    process.kill()
 
 
 class Worker:
@@ -208,8 +214,7 @@ class Worker:
             pass
         finally:
             _stop(self.process)
-            if self.server is not None:
-                _stop(self.server)
+            _stop(self.server)
             self.conn.close()
 
 
@@ -218,7 +223,7 @@ def _run_transport(
     configs: tuple[Config, ...],
     args: BenchArgs,
     notebooks: dict[str, Path],
-    progress: Progress,
+    progress: Reporter,
     task: Any,
     rng: random.Random,
     phases: dict[str, float],
@@ -235,7 +240,8 @@ def _run_transport(
             for label in args.sizes:
                 shutil.copyfile(notebooks[label], work / notebooks[label].name)
             shutil.copyfile(notebooks[WARM_UP_NOTEBOOK], work / WARM_UP_NOTEBOOK)
-            workers[config.key] = Worker(context, config, transport, work)
+            with sigint_deferred():  # raised once the worker is in `workers`, where the cleanup finds it
+                workers[config.key] = Worker(context, config, transport, work)
         progress.update(task, description=f"{transport}: starting {len(workers)} workers")
         results: dict[str, dict[str, Any]] = {}
         for key, worker in workers.items():  # they start side by side; this only waits for each
@@ -270,9 +276,15 @@ def _run_transport(
                 (workers[key].work / name).unlink(missing_ok=True)  # the copies can be large; logs stay
         phases[f"{transport}_rounds_s"] = time.monotonic() - started
         return [results[key] for key in keys]
+    except BaseException:
+        # Interrupted (Ctrl-C) or failed: no read is worth waiting for; every process ends at once.
+        with sigint_deferred():
+            _stop(*(w.process for w in workers.values()), *(w.server for w in workers.values()))
+        raise
     finally:
         for worker in workers.values():
-            worker.close()
+            with sigint_deferred():  # a second Ctrl-C must not leave a worker or its server running
+                worker.close()
             # The client caches hold a copy of every answer (tens of MB); the logs stay for inspection.
             for path in worker.work.glob("*.tools.db*"):
                 path.unlink(missing_ok=True)
@@ -295,6 +307,14 @@ def provenance() -> dict[str, Any]:
 
 
 def run_bench(args: BenchArgs, console: Console) -> dict[str, Any]:
+    try:
+        return _run_bench(args, console)
+    finally:
+        with sigint_deferred():  # the workers are stopped by now; the fork server goes last
+            stop_fork_server()
+
+
+def _run_bench(args: BenchArgs, console: Console) -> dict[str, Any]:
     configs = select(args.configs)
     mode = MODES[args.mode]
     args.out.mkdir(parents=True, exist_ok=True)
@@ -305,8 +325,7 @@ def run_bench(args: BenchArgs, console: Console) -> dict[str, Any]:
     rng = random.Random(args.seed)
     raw: list[dict[str, Any]] = []
     steps = len(args.transports) * len(args.sizes) * args.reads * len(configs)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=False) as progress:
+    with reporter(console) as progress:
         task = progress.add_task("reads", total=steps)
         for transport in args.transports:
             raw.extend(_run_transport(transport, configs, args, notebooks, progress, task, rng, phases))

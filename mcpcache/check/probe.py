@@ -73,7 +73,9 @@ async def _transport(target: Target, errlog: IO[str]) -> AsyncIterator[Any]:
     if target.transport is not None:
         yield target.transport()
     elif target.url is not None:
-        yield streamable_http_client(target.url)
+        # No bound on one server-sent event (the SDK's default is 1 MB): a server's large answer is one event
+        # on protocol 2025-11-25, and the check must read whatever the server sends.
+        yield streamable_http_client(target.url, max_sse_event_size=None)
     else:
         command, *args = target.command
         yield stdio_client(mcp.StdioServerParameters(command=command, args=args), errlog=cast(TextIO, errlog))

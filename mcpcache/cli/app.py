@@ -112,20 +112,26 @@ def say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def port_problem(port: int, host: str = "127.0.0.1") -> str | None:
+    """Why `host:port` cannot be served (None: it can), found by binding it as uvicorn will."""
+    probe = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        # As uvicorn binds: with SO_REUSEADDR, so only a socket that is listening there refuses us.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        probe.bind((host, port))
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            return "in use (another server is listening there)"
+        return f"not available ({exc.strerror or exc})"
+    finally:
+        probe.close()
+    return None
+
+
 def check_port(port: int) -> None:
     """Refuse a port that cannot be served before saying it is served: out of range, or taken."""
     if not 1 <= port <= 65535:
         raise typer.BadParameter(f"{port} is not a port (1 to 65535)", param_hint="--http")
-    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        # As uvicorn binds: with SO_REUSEADDR, so only a socket that is listening there refuses us.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        probe.bind(("127.0.0.1", port))
-    except OSError as exc:
-        if exc.errno == errno.EADDRINUSE:
-            reason = "in use (another server is listening there)"
-        else:
-            reason = f"not available ({exc.strerror or exc})"
-        raise typer.BadParameter(f"127.0.0.1:{port} is {reason}", param_hint="--http") from None
-    finally:
-        probe.close()
+    reason = port_problem(port)
+    if reason is not None:
+        raise typer.BadParameter(f"127.0.0.1:{port} is {reason}", param_hint="--http")

@@ -119,7 +119,13 @@ def bench(
         configs=configs,
         extras=extras,
     )
-    document = run_bench(args, console)
+    try:
+        document = run_bench(args, console)
+    except KeyboardInterrupt:
+        # The runner has stopped its workers and servers by the time this is raised.
+        console.file.flush()
+        print("mcpcache bench: interrupted", file=sys.stderr, flush=True)
+        raise typer.Exit(130) from None
     report.render_table(document, console)
     report.render_limits(document["summaries"], document["answers"], console)
     report.render_extras(document, console)

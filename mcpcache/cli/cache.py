@@ -148,17 +148,28 @@ _FRESHNESS_HELP = (
 )
 
 
-_ENTRY_HEADINGS = ("Server", "Tool", "Arguments", "Size", "Age", "Freshness", "Tag")
+_ERA_HELP = (
+    "Protocol: the MCP version the answer came in. One call is kept once per version: the versions' answers "
+    "differ (2026-07-28 adds the server's name and version to each answer's _meta)."
+)
 
 
-def _entries_table(rows: list[tuple[str, ...]], fresh: list[bool], width: int, *, with_server: bool) -> Any:
+_ENTRY_HEADINGS = ("Server", "Tool", "Arguments", "Size", "Age", "Freshness", "Tag", "Protocol")
+_ENTRY_ORDER = (0, 1, 7, 2, 3, 4, 5, 6)
+"""The columns left to right: the protocol version beside the tool, as it is part of what names the call."""
+
+
+def _entries_table(
+    rows: list[tuple[str, ...]], fresh: list[bool], width: int, *, with_server: bool, with_era: bool
+) -> Any:
     """The `ls` table: every column keeps its width but the server and the arguments, which share what is left
     (cut short with an ellipsis; rich would squeeze the freshness off the edge instead). A narrow terminal
-    loses the tag column first."""
+    loses the tag column first. The server and the protocol version get a column only when the rows differ
+    in them (otherwise they are said once above the table)."""
     from rich import box
     from rich.table import Table
 
-    chosen = [column for column in range(len(_ENTRY_HEADINGS)) if with_server or column != 0]
+    chosen = [column for column in _ENTRY_ORDER if (with_server or column != 0) and (with_era or column != 7)]
     widths = {column: max(len(_ENTRY_HEADINGS[column]), *(len(row[column]) for row in rows)) for column in chosen}
     widths[1] = min(widths[1], 24)
     flexible = [column for column in (0, 2) if column in chosen]
@@ -195,7 +206,7 @@ def cache_ls(
     redis: _RedisURL = None,
     namespace: _Namespace = "mcpcache",
 ) -> None:
-    """List the cached answers: server, tool, arguments, size, age, freshness and tag."""
+    """List the cached answers: server, tool, protocol version, arguments, size, age, freshness and tag."""
     import time
 
     from mcpcache.client.entries import TOOLS_GROUP
@@ -217,18 +228,25 @@ def cache_ls(
         async for entry in cached_entries(cache_store, server=server, tool=tool):
             age = readable_duration(max(now - entry.stored_at, 0.0))
             server_label, arguments = entry.server or "(not recorded)", entry.arguments or "(not recorded)"
-            tag = _short_tag(entry.etag)
-            rows.append((server_label, entry.tool, arguments, _bytes(entry.size), age, entry.freshness, tag))
+            tag, era = _short_tag(entry.etag), entry.era or "(not recorded)"
+            rows.append((server_label, entry.tool, arguments, _bytes(entry.size), age, entry.freshness, tag, era))
             fresh.append(entry.fresh)
             if len(rows) >= limit:
                 break
         if not rows:  # records of another shape: the cache drops them when it meets them
             console.print("None of them is in a form this version of mcpcache reads.")
             return
-        servers = {row[0] for row in rows}
-        if len(servers) == 1:  # said once above the table, which leaves the room to the arguments
-            console.print(f"Server: {next(iter(servers))}")
-        console.print(_entries_table(rows, fresh, console.width, with_server=len(servers) > 1))
+        servers, eras = {row[0] for row in rows}, {row[7] for row in rows}
+        # Said once above the table when all rows share it, which leaves the room to the arguments.
+        above = [f"Server: {next(iter(servers))}"] if len(servers) == 1 else []
+        if len(eras) == 1:
+            above.append(f"protocol {next(iter(eras))}")
+        if above:
+            console.print("; ".join(above))
+        table = _entries_table(rows, fresh, console.width, with_server=len(servers) > 1, with_era=len(eras) > 1)
+        console.print(table)
+        if len(eras) > 1:
+            console.print(_ERA_HELP, style="dim")
         console.print(_FRESHNESS_HELP, style="dim")
 
     _run_on_cache(store, redis, namespace, show)

@@ -23,13 +23,14 @@ DEMO_HELP = (
 @app.command("demo-server", help=DEMO_HELP, short_help="Serve a folder of Jupyter notebooks with mcpcache.")
 def demo_server(
     directory: Annotated[
-        Path,
+        Path | None,
         typer.Option(
             "--dir",
             metavar="DIR",
-            help="Folder of notebooks to serve (paths outside it and symbolic links are refused).",
+            help="Folder of notebooks to serve (paths outside it and symbolic links are refused). Default: the "
+            "demo folder, demo/ in mcpcache's cache folder, so --generate never writes where you stand.",
         ),
-    ] = Path("."),
+    ] = None,
     http: Annotated[
         int | None,
         typer.Option("--http", metavar="PORT", help="Serve streamable HTTP on 127.0.0.1:PORT/mcp instead of stdio."),
@@ -72,6 +73,8 @@ def demo_server(
 ) -> None:
     # Every argument is checked before anything is written or served.
     revalidation = not no_revalidation
+    if directory is None:
+        directory = _demo_folder()
     if not directory.is_dir():
         raise typer.BadParameter(f"not a folder: {directory}", param_hint="--dir")
     if validator and not revalidation:
@@ -101,3 +104,17 @@ def demo_server(
     else:
         say(f"mcpcache: serving {directory.resolve()} at http://127.0.0.1:{http}/mcp")
         server.run(transport="http", host="127.0.0.1", port=http, show_banner=False)
+
+
+def _demo_folder() -> Path:
+    """demo/ in the cache folder, made if missing: the notebooks `--generate` writes stay out of the folder
+    the command is run from (a clone of the repository, a host's working folder)."""
+    from mcpcache.stores.opening import CacheFolderError, cache_dir
+
+    try:
+        folder = cache_dir() / "demo"
+        folder.mkdir(exist_ok=True)
+    except (CacheFolderError, OSError) as exc:
+        why = f"the demo folder cannot be used ({exc}); name one with --dir"
+        raise typer.BadParameter(why, param_hint="--dir") from None
+    return folder

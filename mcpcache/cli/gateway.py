@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
+import anyio
 import typer
 
-from mcpcache.cli.app import app, say
+from mcpcache.cli.app import app, port_problem, say
+
+if TYPE_CHECKING:
+    from mcpcache.gateway.app import Upstream
+    from mcpcache.gateway.config import UpstreamSettings
 
 
 @app.command("gateway", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -63,15 +68,20 @@ def gateway(
         print(f"mcpcache gateway: {exc}", file=sys.stderr)
         raise typer.Exit(2) from None
 
-    from mcpcache.client.identity import shown_url
     from mcpcache.gateway.app import KEEP_ALIVE_S, build_gateway, open_store
+    from mcpcache.gateway.reach import reach_upstreams
     from mcpcache.processes import free_port
 
     serve = settings.gateway
     bound = serve.port or free_port()
+    # Before anything is said or started: uvicorn finds a taken port only after the banner and startup.
+    busy = port_problem(bound, serve.host)
+    if busy is not None:
+        print(f"mcpcache gateway: {serve.host}:{bound} is {busy}; choose another with --port", file=sys.stderr)
+        raise typer.Exit(2)
     try:
         shared = open_store(settings.store) if settings.store is not None else None
-        server = build_gateway(settings, store=shared).server
+        gateway = build_gateway(settings, store=shared, hold_upstream_stderr=True)
     except (OSError, ValueError) as exc:  # an unreadable key file, say: one line, nothing started
         print(f"mcpcache gateway: cannot start: {exc}", file=sys.stderr)
         raise typer.Exit(2) from None
@@ -80,25 +90,52 @@ def gateway(
         for up in settings.upstreams.values()
         for name, t in up.tools.items()
     ]
-    where = "; ".join(
-        f"{name}: {shown_url(up.url) if up.url else ' '.join(up.command or [])}"
-        for name, up in settings.upstreams.items()
-    )
     store_text = "none (tags and not-modified only)"
     if settings.store is not None:
         store_text = settings.store.redis or settings.store.sqlite or "memory (this process only)"
-    say(f"mcpcache gateway: serving http://{serve.host}:{bound}{serve.path}")
-    say(f"  upstreams: {where}")
-    say(f"  declared: {', '.join(declared) or 'none (every tool passes through untouched)'}")
-    say(f"  store: {store_text}; auth: {settings.auth.kind}")
-    keep_alive = {"timeout_keep_alive": KEEP_ALIVE_S}
-    server.run(
-        transport="http",
-        host=serve.host,
-        port=bound,
-        path=serve.path,
-        show_banner=False,
-        uvicorn_config=keep_alive,
-        # None leaves FastMCP's own setting (FASTMCP_JSON_RESPONSE) in charge, as before the key existed.
-        json_response=True if serve.json_response else None,
-    )
+
+    async def serve_when_reached() -> int:
+        try:
+            failed = await reach_upstreams(gateway.upstreams)
+            if failed:
+                print(f"mcpcache gateway: {'; '.join(_unreachable(up, why) for up, why in failed)}", file=sys.stderr)
+                return 2
+            say(f"mcpcache gateway: serving http://{serve.host}:{bound}{serve.path}")
+            say(f"  upstreams: {'; '.join(f'{up.name}: {_shown(up.settings)}' for up in gateway.upstreams)}")
+            say(f"  declared: {', '.join(declared) or 'none (every tool passes through untouched)'}")
+            say(f"  store: {store_text}; auth: {settings.auth.kind}")
+            # In this event loop: a stdio upstream's process and session, started above, serve the calls.
+            await gateway.server.run_http_async(
+                show_banner=False,
+                transport="http",
+                host=serve.host,
+                port=bound,
+                path=serve.path,
+                uvicorn_config={"timeout_keep_alive": KEEP_ALIVE_S},
+                # None leaves FastMCP's own setting (FASTMCP_JSON_RESPONSE) in charge, as before the key existed.
+                json_response=True if serve.json_response else None,
+            )
+            return 0
+        finally:
+            await gateway.aclose()
+
+    code = anyio.run(serve_when_reached)
+    if code:
+        raise typer.Exit(code)
+
+
+def _shown(settings: UpstreamSettings) -> str:
+    from mcpcache.client.identity import shown_url
+
+    return shown_url(settings.url) if settings.url else " ".join(settings.command or [])
+
+
+def _unreachable(upstream: Upstream, why: str) -> str:
+    """One upstream that did not answer at start, in words, with what to do about a missing module."""
+    text = f"upstream '{upstream.name}' ({_shown(upstream.settings)}) {why}"
+    if upstream.settings.command and "No module named" in why:
+        text += (
+            f"; the command runs with the gateway's PATH: give its interpreter by full path "
+            f"(mcpcache's is {sys.executable})"
+        )
+    return text

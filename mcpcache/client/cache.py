@@ -699,7 +699,12 @@ class ToolCache(StaleServing, Managing):
         stored_bytes = len(body) if len(body) != encoded.size else 0
         marks = (identity.mark_key(), identity.call_mark_key())
         meta = replace(
-            decision.meta, size=encoded.size, stored=stored_bytes, arguments=identity.readable_arguments(), marks=marks
+            decision.meta,
+            size=encoded.size,
+            stored=stored_bytes,
+            arguments=identity.readable_arguments(),
+            marks=marks,
+            era=identity.era,
         )
         arm = store_arm(meta.scope, self.share_public)
         own = private_key if arm == "private" else identity.key("public", share_public=True)

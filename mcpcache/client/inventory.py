@@ -55,6 +55,9 @@ class CachedEntry:
     freshness: str
     """Why, in a few words: "fresh, 4.2 s left", "stale: expired 3.0 min ago", "stale: invalidated 2.0 s ago"
     (by a mutating call, a change notification or `invalidate`)."""
+    era: str = ""
+    """The protocol version the answer came in ("2026-07-28", "2025-11-25"; "" when not recorded): one call
+    is kept once per version, as each version's answers differ (docs/client.md, "Keys")."""
 
 
 def describe_freshness(entry: EntryMeta, now: float, ended_at: float | None) -> tuple[bool, str]:
@@ -111,6 +114,7 @@ def _described(listed: Listed, entry: EntryMeta, now: float, marks: list[Item | 
         scope=entry.scope,
         fresh=fresh,
         freshness=freshness,
+        era=entry.era,
     )
 
 
@@ -160,23 +164,49 @@ async def summarize(
     return summary
 
 
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+_WHAT_TO_DO = (
+    "it holds only cached answers: delete it or move it aside (ToolCache() moves a damaged file aside by itself "
+    "and starts a new one)"
+)
+
+
 def cache_file_problem(path: Path) -> str | None:
-    """Why `path` is not a cache file this version can read (None: it is one), found without changing it.
+    """Why `path` is not a cache file this version can read (None: it is one), in one line that says what
+    to do, found without changing anything: no file is created beside it and nothing is moved.
 
     A tool that only looks (`mcpcache cache`) must never let `SQLiteStore` take a mistyped path for a damaged
-    store, which it would move aside and replace."""
+    store, which it would move aside and replace. The whole file is checked (`PRAGMA quick_check`, about a
+    quarter of a second per 500 MB): a damaged page anywhere would make the store move the file aside at the
+    first read that meets it."""
     if not path.exists():
         return f"no cache file at {path}"
     if path.is_dir():
         return f"{path} is a folder, not a cache file"
     try:
-        with contextlib.closing(sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)) as conn:
+        with path.open("rb") as file:
+            head = file.read(len(SQLITE_MAGIC))
+    except OSError as exc:
+        return f"cannot read {path}: {exc.strerror or exc}"
+    if head != SQLITE_MAGIC:
+        return f"{path} is not an mcpcache cache file (not a SQLite database): check the path"
+    # Read-only, and without the -wal and -shm files SQLite would otherwise create beside a file in WAL
+    # mode: `immutable` when there are none (no process is writing it), a plain read-only open when a
+    # process left them (its log may hold the latest writes).
+    wal = path.with_name(path.name + "-wal")
+    uri = path.resolve().as_uri() + ("?mode=ro" if wal.exists() else "?mode=ro&immutable=1")
+    try:
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
             version = conn.execute("PRAGMA user_version").fetchall()[0][0]
             tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    except sqlite3.DatabaseError:
-        return f"{path} is not an mcpcache cache file (not a SQLite database)"
+            damage = conn.execute("PRAGMA quick_check(1)").fetchall()[0][0]
+    except sqlite3.DatabaseError as exc:
+        return f"{path} is a damaged cache file ({exc}); {_WHAT_TO_DO}"
+    if damage != "ok":
+        return f"{path} is a damaged cache file ({' '.join(str(damage).split())}); {_WHAT_TO_DO}"
     if version > SCHEMA_VERSION:
         return f"{path} belongs to a newer mcpcache (cache schema {version}); use that version to look at it"
     if "items" not in tables:
-        return f"{path} is not an mcpcache cache file"
+        return f"{path} is not an mcpcache cache file (a SQLite database of something else): check the path"
     return None

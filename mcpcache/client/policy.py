@@ -109,6 +109,9 @@ class EntryMeta:
     stale_if_error_ms: int = 0
     """How long after freshness ends the answer may be served when the server cannot answer (its
     `staleIfErrorMs`; 0: never)."""
+    era: str = ""
+    """The protocol version the answer came in (part of the key, never of a decision here): what tells two
+    entries of one call apart in `mcpcache cache ls` ("" for entries an earlier version stored)."""
 
     @property
     def stored_bytes(self) -> int:
@@ -136,6 +139,7 @@ class EntryMeta:
             **({"stored": self.stored} if self.stored else {}),
             **({STALE_WHILE_REVALIDATE_KEY: self.stale_while_revalidate_ms} if self.stale_while_revalidate_ms else {}),
             **({STALE_IF_ERROR_KEY: self.stale_if_error_ms} if self.stale_if_error_ms else {}),
+            **({"era": self.era} if self.era else {}),
         }
 
     @classmethod
@@ -153,8 +157,8 @@ class EntryMeta:
             return None
         # Absent from entries an earlier version stored: those are read as they were. (Read on every lookup:
         # the checks are the cheapest that still refuse a wrong shape.)
-        arguments, marks, stored = raw.get("args", ""), raw.get("marks"), raw.get("stored", 0)
-        if type(arguments) is not str or not _is_count(stored):
+        arguments, marks, stored, era = raw.get("args", ""), raw.get("marks"), raw.get("stored", 0), raw.get("era", "")
+        if type(arguments) is not str or not _is_count(stored) or type(era) is not str:
             return None
         revalidate_ms, if_error_ms = raw.get(STALE_WHILE_REVALIDATE_KEY, 0), raw.get(STALE_IF_ERROR_KEY, 0)
         if not _is_count(revalidate_ms) or not _is_count(if_error_ms):
@@ -168,7 +172,7 @@ class EntryMeta:
                 return None
         return cls(
             tool, scope, ttl, etag, float(requested), float(received), size, arguments, kept, stored,
-            revalidate_ms, if_error_ms,
+            revalidate_ms, if_error_ms, era,
         )  # fmt: skip
 
 

@@ -38,6 +38,7 @@ from mcpcache.gateway.deltas import GatewayDeltas
 from mcpcache.gateway.history import DEFAULT_HISTORY_BYTES, StoreHistory
 from mcpcache.gateway.memory import ReleaseMemoryAfterLargeAnswers
 from mcpcache.gateway.middleware import GatewayMiddleware, PartitionCaches
+from mcpcache.gateway.stderr import StderrRelay
 from mcpcache.server.fastmcp import RevalidationCapability
 from mcpcache.stores import opening
 from mcpcache.stores.base import Store
@@ -77,6 +78,8 @@ class Upstream:
     """The era in store keys: None means the caller's (HTTP upstreams speak the caller's era)."""
     close: Callable[[], Awaitable[None]] | None = None
     """Ends what the upstream keeps running between calls (a stdio upstream's process)."""
+    stderr: StderrRelay | None = None
+    """A stdio upstream's stderr, held until it has answered (`reach_upstreams`), then passed on."""
 
 
 def _headers(settings: UpstreamSettings, environ: Mapping[str, str]) -> dict[str, str]:
@@ -97,7 +100,9 @@ def _front_era_mode() -> str | None:
     return request.protocol_version if request.protocol_version in MODERN_PROTOCOL_VERSIONS else "legacy"
 
 
-def upstream_of(name: str, settings: UpstreamSettings, environ: Mapping[str, str]) -> Upstream:
+def upstream_of(
+    name: str, settings: UpstreamSettings, environ: Mapping[str, str], *, hold_stderr: bool = False
+) -> Upstream:
     """The upstream's client factory and identity.
 
     Identity (the server part of every store key): for a URL, the URL without credentials plus a digest of
@@ -108,7 +113,8 @@ def upstream_of(name: str, settings: UpstreamSettings, environ: Mapping[str, str
 
     HTTP: a new upstream session per call, in the caller's era (FastMCP's proxy default; caller headers
     are forwarded only when configured). stdio: one long-lived process and session (`keep_alive`), which
-    can speak only one era, so the gateway asks for the upstream's best (`mode="auto"`).
+    can speak only one era, so the gateway asks for the upstream's best (`mode="auto"`). Its stderr goes
+    through a relay (`hold_stderr`: held until `reach_upstreams` has seen it answer).
     """
     if settings.url is not None:
         headers = _headers(settings, environ)
@@ -134,10 +140,11 @@ def upstream_of(name: str, settings: UpstreamSettings, environ: Mapping[str, str
     assert settings.command is not None
     program, *args = settings.command
     env = dict(settings.env) if settings.env is not None else None
-    stdio = StdioTransport(program, args, env=env, cwd=settings.cwd, keep_alive=True)
+    relay = StderrRelay(held=hold_stderr)
+    stdio = StdioTransport(program, args, env=env, cwd=settings.cwd, keep_alive=True, log_file=relay.writer)
     stdio_base: ProxyClient[Any] = ProxyClient(stdio, forward_incoming_headers=False, mode="auto")
     server_id = stdio_server_id(program, args, settings.cwd, env)
-    return Upstream(name, settings, server_id, stdio_base.new, STDIO_ERA, stdio.close)
+    return Upstream(name, settings, server_id, stdio_base.new, STDIO_ERA, stdio.close, relay)
 
 
 def build_auth(settings: AuthSettings, environ: Mapping[str, str]) -> TokenVerifier | None:
@@ -189,16 +196,26 @@ class Gateway:
         for upstream in self.upstreams:
             if upstream.close is not None:
                 await upstream.close()
+            if upstream.stderr is not None:
+                upstream.stderr.close()
         if self.store is not None:
             await self.store.close()
 
 
 def build_gateway(
-    config: GatewayConfig, *, store: Store | None = None, environ: Mapping[str, str] | None = None
+    config: GatewayConfig,
+    *,
+    store: Store | None = None,
+    environ: Mapping[str, str] | None = None,
+    hold_upstream_stderr: bool = False,
 ) -> Gateway:
-    """The gateway. `store`: the shared store (None: tags and not-modified replies only)."""
+    """The gateway. `store`: the shared store (None: tags and not-modified replies only).
+    `hold_upstream_stderr`: see `upstream_of`."""
     env = os.environ if environ is None else environ
-    upstreams = [upstream_of(name, settings, env) for name, settings in config.upstreams.items()]
+    upstreams = [
+        upstream_of(name, settings, env, hold_stderr=hold_upstream_stderr)
+        for name, settings in config.upstreams.items()
+    ]
     server = assemble_gateway(config, upstreams, store=store, auth=build_auth(config.auth, env))
     return Gateway(server, upstreams, store)
 

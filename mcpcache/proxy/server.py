@@ -9,10 +9,14 @@ requests to the host pass through it. `CachingMiddleware` takes `tools/call` (an
 from __future__ import annotations
 
 import logging
+import os
 import shlex
+import signal
 import sys
+import threading
 from typing import Any
 
+import anyio
 from fastmcp.server.providers.proxy import FastMCPProxy
 
 from mcpcache.client.cache import ToolCache
@@ -73,7 +77,7 @@ def _describe(settings: ProxySettings) -> str:
 
 
 async def serve(settings: ProxySettings) -> None:
-    """Connect the upstream, then serve the host on stdio until it closes the connection."""
+    """Connect the upstream, then serve the host on stdio until it closes the connection or sends SIGTERM."""
     store = open_store(settings.store)
     cache = ToolCache(store, partition=settings.partition, trusted=settings.trusted)
     link = UpstreamLink(settings, cache)
@@ -82,20 +86,62 @@ async def serve(settings: ProxySettings) -> None:
     except Exception as exc:
         await store.close()
         raise UpstreamUnavailable(f"could not connect to the upstream server ({_describe(settings)}): {exc}") from exc
+    closing = _Closing(cache, link, store)
     try:
         references = references_for(settings, store)
         server = build_proxy(link, references)
         refs_note = f", references on (conversation {settings.refs.conversation_id!r})" if settings.refs else ""
         logger.info("serving %s through the tool cache%s", _describe(settings), refs_note)
-        await server.run_async(transport="stdio", show_banner=False)
+        await _serve_until_ended(server, closing)
     finally:
+        await closing.run()
+
+
+class _Closing:
+    """The proxy's end, once however it comes: the closing line with the cache's totals, then the upstream
+    and the store closed.
+
+    The line goes first: a host gives its server 2 s after closing its stdin (the MCP SDK's stdio client,
+    then SIGTERM), and closing a stdio upstream may take the proxy as long."""
+
+    def __init__(self, cache: ToolCache, link: UpstreamLink, store: Store) -> None:
+        self.cache, self.link, self.store = cache, link, store
+        self.started = False
+
+    async def run(self) -> None:
+        if self.started:
+            return
+        self.started = True
+        stats: dict[str, Any] = self.cache.stats.as_dict()
+        logger.info("closing; cache totals: %s", ", ".join(f"{k} {v:,}" for k, v in stats.items() if v))
         try:
-            await cache.close()  # its background revalidations first: they use the upstream and the store
-            await link.aclose()
+            await self.cache.close()  # its background revalidations first: they use the upstream and the store
+            await self.link.aclose()
         finally:
-            stats: dict[str, Any] = cache.stats.as_dict()
-            logger.info("closing; cache totals: %s", ", ".join(f"{k} {v:,}" for k, v in stats.items() if v))
-            await store.close()
+            await self.store.close()
+
+
+async def _serve_until_ended(server: FastMCPProxy, closing: _Closing) -> None:
+    """Serve the host on stdio until it closes the proxy's stdin, or sends SIGTERM (how hosts stop their
+    servers, the MCP SDK's 2 s after closing stdin).
+
+    On SIGTERM the proxy closes (`closing`) and exits: the SDK's stdio server reads stdin in a thread that
+    no cancellation interrupts, and the host may hold stdin open. A second SIGTERM during the close is
+    taken as the first; SIGKILL is the host's last word, as before."""
+    async with anyio.create_task_group() as group:
+        if threading.current_thread() is threading.main_thread():  # signal handlers: the main thread only
+
+            async def on_sigterm() -> None:
+                with anyio.open_signal_receiver(signal.SIGTERM) as received:
+                    async for _ in received:
+                        with anyio.CancelScope(shield=True):
+                            await closing.run()
+                        sys.stderr.flush()
+                        os._exit(0)
+
+            group.start_soon(on_sigterm)
+        await server.run_async(transport="stdio", show_banner=False)
+        group.cancel_scope.cancel()
 
 
 def configure_logging(verbose: bool) -> None:

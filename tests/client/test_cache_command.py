@@ -14,6 +14,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -232,3 +233,78 @@ def test_the_installed_command(filled_file: Path) -> None:
     assert len(table) == 2
     assert all(len(line) <= 140 for line in run.stdout.splitlines())
     assert all("fresh, " in line and 'W/"' in line for line in table), table  # nothing squeezed off the edge
+
+
+def _truncated(path: Path) -> None:
+    with path.open("r+b") as file:
+        file.truncate(2 * 4096)
+
+
+def _pages_overwritten(path: Path) -> None:
+    with path.open("r+b") as file:
+        file.seek(4096)
+        file.write(b"\xab" * 4096 * 4)
+
+
+def _header_damaged(path: Path) -> None:
+    with path.open("r+b") as file:
+        file.seek(100)
+        file.write(b"\x00" * 3000)
+
+
+@pytest.mark.parametrize("damage", [_truncated, _pages_overwritten, _header_damaged])
+@pytest.mark.parametrize("command", [["ls"], ["stats"], ["clear", "--yes"]])
+def test_a_damaged_cache_file_is_named_in_one_line_with_what_to_do_and_nothing_is_created(
+    tmp_path: Path, damage: Any, command: list[str]
+) -> None:
+    """`cache ls` on a damaged file created -wal and -shm files beside it (or moved it aside and listed a new,
+    empty store) and said nothing of what to do."""
+    path = tmp_path / "tools.db"
+    store = SQLiteStore(path)
+    fill(store)
+    anyio.run(store.close)  # the log written into the file: what a user's file looks like between runs
+    damage(path)
+    before = path.read_bytes()
+    result = CliRunner().invoke(app, ["cache", *command, "--store", str(path)])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2, result.output
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith(f"mcpcache cache: {path} is a damaged cache file ("), lines[0]
+    assert lines[0].endswith(
+        "it holds only cached answers: delete it or move it aside (ToolCache() moves a damaged file aside by "
+        "itself and starts a new one)"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tools.db"], "nothing created beside it or moved aside"
+    assert path.read_bytes() == before
+
+
+def test_ls_shows_the_protocol_version_that_tells_one_calls_two_entries_apart(cache_dir: Path) -> None:
+    """A `fastmcp.Client` (2026-07-28) and an `mcp.ClientSession` (2025-11-25) on one server under one
+    `server_id` keep one entry each, as the protocol version is part of the key: their answers differ (the
+    2026-07-28 one carries the server's name and version in `_meta`). `ls` showed two identical rows."""
+    import mcp
+    from gateway.conftest import served_in_thread
+    from mcp.client.streamable_http import streamable_http_client
+
+    async def main(url: str) -> tuple[Any, Any]:
+        async with ToolCache() as cache:
+            async with Client(url) as client:
+                modern = await cache.wrap(client, server_id="notes").call("list_files", {})
+            async with streamable_http_client(url) as (read, write), mcp.ClientSession(read, write) as session:
+                await session.initialize()
+                legacy = await cache.wrap(session, server_id="notes").call("list_files", {})
+        return modern, legacy
+
+    with served_in_thread(notebook_server()) as url:
+        modern, legacy = anyio.run(main, url)
+    assert (modern.outcome.status, legacy.outcome.status) == ("miss", "miss")
+    assert "io.modelcontextprotocol/serverInfo" in (modern.result.meta or {})
+    assert "io.modelcontextprotocol/serverInfo" not in (legacy.result.meta or {})
+    code, out = cache_command("ls")
+    assert code == 0, out
+    assert "Server: notes\n" in out
+    heading = next(line for line in out.splitlines() if line.startswith("Tool"))
+    assert heading.split()[:3] == ["Tool", "Protocol", "Arguments"]
+    rows = sorted(line.split()[:2] for line in out.splitlines() if line.startswith("list_files"))
+    assert rows == [["list_files", "2025-11-25"], ["list_files", "2026-07-28"]]
+    assert "One call is kept once per version" in " ".join(out.split())

@@ -1,0 +1,82 @@
+"""Reaching the upstreams before the gateway serves: each one connected and its tools listed, as a caller's
+first call would, so that an upstream that cannot start or answer stops the gateway in one line naming it
+and its error (otherwise every call fails later with `Unknown tool`, the cause only in the log).
+
+A stdio upstream's error is what it wrote on stderr before it exited ("No module named mcpcache" when the
+command's `python` is not the one mcpcache is installed in): its stderr goes through a relay
+(`mcpcache.gateway.stderr`) that holds the lines until the upstream has answered, and keeps the last of
+them for the message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import anyio
+import anyio.to_thread
+
+if TYPE_CHECKING:
+    from mcpcache.gateway.app import Upstream
+
+__all__ = ["UPSTREAM_START_S", "reach_upstreams"]
+
+UPSTREAM_START_S = 120.0
+"""How long an upstream has to connect and list its tools at start (a stdio server's first start in a
+fresh environment can take half a minute on a loaded machine)."""
+
+
+def _why(exc: BaseException) -> str:
+    """The innermost cause that says something, as `Type: message` (an exception group's first)."""
+    while True:
+        if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+            exc = exc.exceptions[0]
+        elif exc.__cause__ is not None:
+            exc = exc.__cause__
+        else:
+            break
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+async def _reach(upstream: Upstream) -> None:
+    client = upstream.client_factory()
+    async with client:
+        await client.list_tools()
+
+
+async def reach_upstreams(
+    upstreams: Sequence[Upstream], *, within_s: float = UPSTREAM_START_S
+) -> list[tuple[Upstream, str]]:
+    """Connect to each upstream and list its tools, side by side, in this event loop (where the gateway then
+    serves: a stdio upstream's process and session are kept for the calls); not those that get the
+    callers' headers (`forward_headers`). Returns (upstream, why) for
+    each that failed, with the reason in words; a stdio upstream's last line on stderr is part of it."""
+    failed: list[tuple[Upstream, str]] = []
+
+    async def one(upstream: Upstream) -> None:
+        try:
+            with anyio.fail_after(within_s):
+                await _reach(upstream)
+        except TimeoutError:
+            failed.append((upstream, f"did not answer within {within_s:g} s"))
+        except Exception as exc:  # whatever the upstream did, the gateway says it in one line
+            relay = upstream.stderr
+            said = ""
+            if relay is not None:
+                # The child wrote its error, then exited; the relay's thread may not have read it yet.
+                await anyio.to_thread.run_sync(relay.drain, 2.0)
+                said = relay.last_words()
+            why = f"closed the connection before answering: {said}" if said else f"did not answer: {_why(exc)}"
+            failed.append((upstream, why))
+        else:
+            if upstream.stderr is not None:
+                upstream.stderr.release()
+
+    async with anyio.create_task_group() as group:
+        for upstream in upstreams:
+            # One that is sent each caller's own headers (its credentials) cannot be asked before a caller
+            # comes: it is left to the first call, as before.
+            if not upstream.settings.forward_headers:
+                group.start_soon(one, upstream)
+    return sorted(failed, key=lambda pair: pair[0].name)

@@ -2,8 +2,10 @@
 left behind (no worker, no HTTP server, no fork server, not even as a zombie).
 
 The interrupt is sent as a terminal sends it, to the whole process group (the command runs in a session of
-its own), at two moments: while the fork server imports what the workers need (an interrupted fork server
-printed a traceback of the import), and while the workers read (the progress line on a pipe says when).
+its own), at three moments: while the fork server imports what the workers need (an interrupted fork server
+printed a traceback of the import), while the workers read (the progress line on a pipe says when), and
+once the last read is in, as the runner closes the workers (where a Ctrl-C left all but the first running;
+the run may also end first, which is no failure).
 """
 
 from __future__ import annotations

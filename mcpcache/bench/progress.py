@@ -6,7 +6,7 @@ the reads.
 
 Ctrl-C at a terminal reaches the whole process group: the runner, its fork server and every worker and
 server forked from it. The workers are the runner's to stop (it knows which of them is mid-read and which
-server belongs to which), so the fork server starts with SIGINT ignored, which it and everything forked
+server belongs to which), so the fork server starts with SIGINT blocked, which it and everything forked
 from it inherit (an interrupted fork server printed a traceback of whatever it was importing), and the
 runner holds Ctrl-C back while it starts or stops a process, so that none is left without a handle.
 """
@@ -98,19 +98,20 @@ def reporter(console: Console) -> Reporter:
 
 
 @contextlib.contextmanager
-def sigint_deferred() -> Iterator[None]:
+def sigint_deferred() -> Iterator[list[int]]:
     """Ctrl-C held back until the block is done, then raised (main thread only; elsewhere the block just runs).
+    The block gets a list that is no longer empty once a Ctrl-C came, to hurry what is left.
 
     Around starting a process (interrupted while it waits for the child's PID, `Process.start()` leaves a
     child nobody has a handle on: an HTTP server that listens for ever, and a fork server that cannot
     exit), and around stopping them (a second Ctrl-C must not leave one running)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     caught: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield caught
+        return
     previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
     try:
-        yield
+        yield caught
     finally:
         signal.signal(signal.SIGINT, previous)
     if caught:
@@ -121,21 +122,23 @@ def sigint_deferred() -> Iterator[None]:
 
 
 def start_fork_server() -> None:
-    """Start the fork server (if it is not running) with SIGINT ignored, for it and all it forks.
+    """Start the fork server (if it is not running) with SIGINT blocked, for it and all it forks.
 
-    The disposition must be SIG_IGN when the fork server's interpreter starts (a handler does not survive
-    the exec); this process ignores SIGINT only for the spawn itself (tens of milliseconds), not for the
-    seconds the fork server then spends importing."""
-    # Started first, on its own: it blocks and unblocks SIGINT around its spawn.
+    A signal mask survives the exec and the interpreter's start (the standard library's resource tracker
+    relies on it the same way), where a handler or SIG_IGN set around the spawn would also have to cover
+    this process: a Ctrl-C in that moment was lost. Here this process only blocks SIGINT around the spawn,
+    and holds back (`sigint_deferred`) one that arrives, raising it after."""
+    # Started first, on its own: it blocks and unblocks SIGINT around its spawn, which would unblock ours.
     multiprocessing.resource_tracker.ensure_running()
     if threading.current_thread() is not threading.main_thread():
         multiprocessing.forkserver.ensure_running()
         return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        multiprocessing.forkserver.ensure_running()
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    with sigint_deferred():
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            multiprocessing.forkserver.ensure_running()
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def stop_fork_server() -> None:

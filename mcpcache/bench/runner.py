@@ -282,12 +282,15 @@ def _run_transport(
             _stop(*(w.process for w in workers.values()), *(w.server for w in workers.values()))
         raise
     finally:
-        for worker in workers.values():
-            with sigint_deferred():  # a second Ctrl-C must not leave a worker or its server running
+        # Ctrl-C is held back until every worker is closed (raised inside the loop, it left the rest running).
+        with sigint_deferred() as interrupted:
+            for worker in workers.values():
+                if interrupted:  # the rest end at once rather than each finishing its read
+                    _stop(worker.process, worker.server)
                 worker.close()
-            # The client caches hold a copy of every answer (tens of MB); the logs stay for inspection.
-            for path in worker.work.glob("*.tools.db*"):
-                path.unlink(missing_ok=True)
+                # The client caches hold a copy of every answer (tens of MB); the logs stay for inspection.
+                for path in worker.work.glob("*.tools.db*"):
+                    path.unlink(missing_ok=True)
 
 
 def _git(*arguments: str) -> str | None:

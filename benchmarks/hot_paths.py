@@ -43,7 +43,6 @@ import os
 import pstats
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -60,12 +59,11 @@ from mcp.client.streamable_http import streamable_http_client
 from mcpcache.bench.common import machine, percentile
 from mcpcache.client import ToolCache
 from mcpcache.demo.notebooks import generate_notebook_of_size
-from mcpcache.processes import free_port, stop_process, wait_until_listening
 from mcpcache.protocol import META_KEY, conditional_request_meta
 from mcpcache.stores import MemoryStore, SQLiteStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from client_overhead import build_table_server, calibrate_rows
+from client_overhead import build_table_server, calibrate_rows, http_demo_server
 
 MB = 1_000_000
 NOTEBOOK_BYTES = 5 * MB
@@ -115,18 +113,6 @@ async def timed_cpu(call: Call) -> tuple[float, float]:
 # --- 1. the unchanged path ---------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def demo_server(directory: Path, flags: list[str], errlog: TextIO) -> Iterator[str]:
-    port = free_port()
-    command = [sys.executable, "-m", "mcpcache", "demo-server", "--dir", str(directory), "--http", str(port), *flags]
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=errlog, stderr=errlog)
-    try:
-        wait_until_listening(process, port, 60, "the demo server")
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        stop_process(process)
-
-
 @contextlib.asynccontextmanager
 async def http_client(url: str) -> AsyncIterator[mcp.Client]:
     transport = streamable_http_client(url, max_sse_event_size=HTTP_MAX_EVENT_BYTES)
@@ -149,8 +135,9 @@ async def unchanged(rounds: int, reps: int, errlog: TextIO, profile: bool) -> di
         for folder in ("plain", "validator"):
             (tmp / folder).mkdir()
             generate_notebook_of_size(tmp / folder / name, NOTEBOOK_BYTES, seed=5)
-        plain_url = stack.enter_context(demo_server(tmp / "plain", ["--no-revalidation"], errlog))
-        validator_url = stack.enter_context(demo_server(tmp / "validator", ["--validator", "--ttl-ms", "0"], errlog))
+        plain_url = stack.enter_context(http_demo_server(tmp / "plain", ["--no-revalidation"], errlog))
+        validator_flags = ["--validator", "--ttl-ms", "0"]
+        validator_url = stack.enter_context(http_demo_server(tmp / "validator", validator_flags, errlog))
         args = {"path": name}
         async with contextlib.AsyncExitStack() as clients:
             full_client = await clients.enter_async_context(http_client(plain_url))

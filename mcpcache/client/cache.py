@@ -390,6 +390,22 @@ class ToolCache(Managing):
         _annotate_span(identity, outcome)
         return result, outcome
 
+    def fresh_hit(
+        self, server_id: str, era: str, name: str, arguments: Mapping[str, Any] | None, variant: str = ""
+    ) -> tuple[CallToolResult, CallOutcome] | None:
+        """The call answered as a fresh hit without awaiting anything (`_fresh_now`: a store in memory, the
+        answer held decoded), with its outcome recorded as `execute` records it; None when it cannot be, and
+        `execute` answers it. What the caching views try first, before they build a connection."""
+        identity = CallIdentity(server_id, self.partition, era, name, dict(arguments or {}), variant)
+        try:
+            key = identity.key("private")
+        except CanonicalizationError:
+            return None
+        if (server_id, era, variant) not in self._variants:
+            remember(self._variants, (server_id, era, variant), None)
+        hit = self._fresh_now(identity, key)
+        return None if hit is None else self._finish(identity, *hit)
+
     def _fresh_now(self, identity: CallIdentity, key: str) -> tuple[CallToolResult, CallOutcome] | None:
         """A fresh hit answered without awaiting anything, or None for the ordinary path (which decides every
         case, this one included, the slower way).

@@ -62,6 +62,11 @@ class ViewCache(Protocol):
     ) -> tuple[CallToolResult, CallOutcome]:
         """Answer one call, from the cache or through `conn`."""
 
+    def fresh_hit(
+        self, server_id: str, era: str, name: str, arguments: Mapping[str, Any] | None, variant: str = ""
+    ) -> tuple[CallToolResult, CallOutcome] | None:
+        """The call as a fresh hit answered without awaiting, or None (then `execute` answers it)."""
+
     async def end_freshness(self, server_id: str, era: str | None = None) -> None:
         """End the freshness of `server_id`'s entries (a change notification)."""
 

@@ -53,6 +53,8 @@ class CachedFastMCPClient(_CachedView):
         cache_mode: CacheMode = "use",
     ) -> CachedCall:
         """The raw `mcp_types.CallToolResult` and the cache's outcome."""
+        if hit := self._fresh(name, arguments, cache_mode, f"version={version}" if version is not None else ""):
+            return hit
         request_meta = dict(meta) if meta else {}
         if version is not None:
             request_meta["fastmcp"] = {**request_meta.get("fastmcp", {}), "version": version}

@@ -270,6 +270,20 @@ class _CachedView:
         (None: no arguments), or with no tool for every call on this view's server (`ToolCache.invalidate`)."""
         await self._cache.invalidate(tool, arguments, server_id=self.server_id)
 
+    def _fresh(
+        self, name: str, arguments: Mapping[str, Any] | None, mode: CacheMode, variant: str = ""
+    ) -> CachedCall | None:
+        """A fresh hit served before anything else is built for the call (`ToolCache.fresh_hit`), or None."""
+        if mode != "use":
+            return None
+        self._hook_notifications()
+        era = self.session.protocol_version or "unknown"
+        hit = self._cache.fresh_hit(self.server_id, era, name, arguments, variant)
+        if hit is None:
+            return None
+        self.last_outcome = hit[1]
+        return CachedCall(*hit)
+
     async def _execute(
         self,
         name: str,
@@ -320,6 +334,9 @@ class CachedMCPClient(_CachedView):
         meta: mt.RequestParamsMeta | None = None,
         cache_mode: CacheMode = "use",
     ) -> CachedCall:
+        if input_responses is None and request_state is None and (hit := self._fresh(name, arguments, cache_mode)):
+            return hit
+
         async def send_plain(n: str, args: dict[str, Any], m: dict[str, Any] | None) -> mt.CallToolResult:
             return await self._client.call_tool(
                 n,
@@ -392,6 +409,9 @@ class CachedSession(_CachedView):
         meta: mt.RequestParamsMeta | None = None,
         cache_mode: CacheMode = "use",
     ) -> CachedCall:
+        if hit := self._fresh(name, arguments, cache_mode):
+            return hit
+
         async def send_plain(n: str, args: dict[str, Any], m: dict[str, Any] | None) -> mt.CallToolResult:
             return await self._session.call_tool(n, args, read_timeout_seconds, progress_callback, meta=m)  # type: ignore[arg-type]
 

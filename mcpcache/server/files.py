@@ -10,15 +10,17 @@ validator that always hashes would give.
 
 When the stamps are not enough, and what is done about it:
 - a file changed twice within one tick of the filesystem's clock keeps the same stamps (the kernel stamps
-  files from a coarse clock; FAT-like filesystems to 2 s). A hash is reused only if the file's last change
-  (mtime or ctime, whichever is later) was at least `settle_s` before the moment the file was checked;
-  a file changed more recently than that is read and hashed every time, until it has settled;
+  files from a coarse clock, a few milliseconds; FAT-like filesystems to 2 s). A hash is reused only if the
+  file's last change (mtime or ctime, whichever is later) was at least a settling time before the moment
+  the file was hashed; a file changed more recently than that is read and hashed every time, until it has
+  settled. The settling time is `settle_s` when given; by default 0.1 s for a file whose stamps have a
+  fraction of a second (a filesystem that keeps them), and 2 s for one whose stamps are whole seconds;
 - `touch -d` and `os.utime` can set mtime back, but not ctime, which any write moves: both are compared;
 - a file replaced by a rename is another inode: compared too;
 - NOT covered, so pass `trust_stat=False` (every call reads and hashes) for: network and FUSE filesystems
   whose attributes are cached by the client (NFS keeps them for up to `acregmax` seconds) or stamped by
   another machine's clock; files written through a shared `mmap` (mtime moves when the pages are written
-  back, not when they change); a system clock stepped back by more than `settle_s`; and anything that
+  back, not when they change); a system clock stepped back by more than the settling time; and anything that
   rewrites a file's bytes underneath the filesystem (a block device, a restored disk image).
 """
 
@@ -35,9 +37,13 @@ import xxhash
 
 __all__ = ["FileVersions"]
 
-DEFAULT_SETTLE_S = 2.0
-"""How long after its last change a file's stamps are trusted to change with its bytes (see the module
-docstring): the coarsest timestamp granularity of a common local filesystem (FAT's 2 s)."""
+COARSE_SETTLE_S = 2.0
+"""How long after its last change a file stamped in whole seconds is trusted to change its stamps with its
+bytes (see the module docstring): the coarsest granularity of a common filesystem (FAT's 2 s)."""
+
+FINE_SETTLE_S = 0.1
+"""The same for a file whose stamps carry a fraction of a second: above the kernel's clock tick (1-10 ms)
+and the granularity of any filesystem that keeps fractions (exFAT's 10 ms), with room to spare."""
 
 _CHUNK = 4 << 20
 
@@ -55,19 +61,20 @@ class FileVersions:
     `of_fd(fd)` versions an open file (read from its start with `pread`, its offset untouched); `of_path`
     opens a path (following symbolic links; open it yourself, as the demo server does, to refuse them).
     Thread-safe: synchronous validators run in worker threads. `max_files` bounds how many files are
-    remembered (least recently used first out). `trust_stat=False` hashes on every call (see the module
-    docstring for when the stamps are not enough). `clock` is the wall clock file stamps are compared to.
+    remembered (least recently used first out). `settle_s`: the settling time (None: chosen by the file's
+    stamps, see the module docstring). `trust_stat=False` hashes on every call (see the module docstring for
+    when the stamps are not enough). `clock` is the wall clock file stamps are compared to.
     """
 
     def __init__(
         self,
         *,
-        settle_s: float = DEFAULT_SETTLE_S,
+        settle_s: float | None = None,
         max_files: int = 1024,
         trust_stat: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if not settle_s >= 0:
+        if settle_s is not None and not settle_s >= 0:
             raise ValueError(f"settle_s must be >= 0, got {settle_s!r}")
         if max_files < 1:
             raise ValueError(f"max_files must be >= 1, got {max_files!r}")
@@ -101,7 +108,8 @@ class FileVersions:
         digest = _hash(fd)
         self.reads += 1
         after = os.fstat(fd)
-        settled = checked_at - max(before.st_mtime_ns, before.st_ctime_ns) / 1e9 >= self.settle_s
+        changed_ns = max(before.st_mtime_ns, before.st_ctime_ns)
+        settled = checked_at - changed_ns / 1e9 >= self._settling(before)
         # Remembered only if nothing moved while it was read, and its last change is old enough that a
         # later one must move the stamps (see the module docstring).
         if self.trust_stat and settled and _stamps(after) == stamps and (after.st_dev, after.st_ino) == identity:
@@ -111,6 +119,12 @@ class FileVersions:
                 while len(self._seen) > self.max_files:
                     self._seen.popitem(last=False)
         return digest
+
+    def _settling(self, info: os.stat_result) -> float:
+        if self.settle_s is not None:
+            return self.settle_s
+        whole_seconds = info.st_mtime_ns % 1_000_000_000 == 0 and info.st_ctime_ns % 1_000_000_000 == 0
+        return COARSE_SETTLE_S if whole_seconds else FINE_SETTLE_S
 
 
 def _stamps(info: os.stat_result) -> tuple[int, int, int]:

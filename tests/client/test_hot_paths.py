@@ -2,7 +2,7 @@
 
 - a fresh hit from a store in memory (`Store.peek_now`) and the decoded tier, answered without awaiting:
   freshness is still the store's word (its marks, another cache's freshness end);
-- its record written after the answer is returned: this process's next lookup of the key reads it, `flush`
+- a revalidation's record written after the answer is returned: this process's next lookup of the key reads it, `flush`
   and `close` write it, and it never freshens a newer answer another writer stored meanwhile;
 - the held copy, copied by a plan of its containers: a caller's changes never reach a later serve;
 - `read_only_views=True`, off by default: the held answer itself, with the cost the docs state (a caller's

@@ -68,7 +68,7 @@ def test_a_file_changed_within_the_settling_time_is_hashed_on_every_call(tmp_pat
     """Two edits of the same size within one tick of the filesystem's clock can leave every stamp as it was;
     so a file changed that recently is never answered from its stamps."""
     path = tmp_path / "a.ipynb"
-    versions = FileVersions()  # the real clock: the file changes now
+    versions = FileVersions(settle_s=60)  # the real clock: the file changes now, and a minute is "recent"
     for text in (b"first edition", b"other edition", b"third edition"):
         if path.exists():
             rewrite_in_place(path, text)
@@ -77,6 +77,20 @@ def test_a_file_changed_within_the_settling_time_is_hashed_on_every_call(tmp_pat
         assert versions.of_path(path) == xxhash.xxh3_128_hexdigest(text)
         assert versions.of_path(path) == xxhash.xxh3_128_hexdigest(text)
     assert versions.reads == 6
+
+
+def test_the_settling_time_follows_the_stamps_a_filesystem_keeps() -> None:
+    versions = FileVersions()
+
+    def stamped(mtime_ns: int, ctime_ns: int) -> os.stat_result:
+        # (mode, ino, dev, nlink, uid, gid, size, atime, mtime, ctime) and the float and ns fields after them
+        fields = (0o100644, 1, 1, 1, 0, 0, 10, 0, mtime_ns // 10**9, ctime_ns // 10**9)
+        return os.stat_result((*fields, 0.0, mtime_ns / 1e9, ctime_ns / 1e9, 0, mtime_ns, ctime_ns))
+
+    assert versions._settling(stamped(1_700_000_000_123_456_789, 1_700_000_000_123_456_789)) == 0.1
+    assert versions._settling(stamped(1_700_000_000_000_000_000, 1_700_000_004_000_000_000)) == 2.0  # FAT-like
+    assert versions._settling(stamped(1_700_000_000_000_000_000, 1_700_000_004_500_000_000)) == 0.1
+    assert FileVersions(settle_s=5)._settling(stamped(1, 1)) == 5
 
 
 def test_a_file_renamed_over_is_another_file(tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ from mcpcache.client.contracts import ViewCache
 from mcpcache.client.identity import connection_server_id, stdio_server_id, url_server_id
 from mcpcache.client.outcomes import CallOutcome
 from mcpcache.client.policy import CacheMode
+from mcpcache.client.schemas import SCHEMAS
 from mcpcache.protocol import requested_etag
 
 logger = logging.getLogger("mcpcache.client")
@@ -125,7 +126,15 @@ class _SessionConnection:
         return None
 
     async def validate(self, name: str, result: mt.CallToolResult) -> None:
-        await self._view.session.validate_tool_result(name, result)
+        session = self._view.session
+        # The SDK's own table of the schemas it checks against (filled by list_tools); when it does not hold
+        # the tool yet, the SDK's check lists the tools first, so it runs.
+        schemas = getattr(session, "_tool_output_schemas", None)
+        if isinstance(schemas, dict) and name in schemas and result.structured_content is not None:
+            schema = schemas[name]
+            if schema is None or SCHEMAS.accepts(schema, result.structured_content):
+                return
+        await session.validate_tool_result(name, result)
 
     async def read_only(self, name: str) -> bool | None:
         return await self._view.read_only(name)

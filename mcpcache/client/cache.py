@@ -78,7 +78,7 @@ from mcpcache.client.tier import DecodedTier, copy_result, hold
 from mcpcache.client.views import view_of
 from mcpcache.etag import CanonicalizationError
 from mcpcache.protocol import META_KEY, conditional_request_meta, parse_cache_block
-from mcpcache.stores.base import Store, body_checksum
+from mcpcache.stores.base import Item, Store, body_checksum
 from mcpcache.stores.opening import TOOLS_FILE, default_store
 from mcpcache.telemetry import annotate_current_span
 
@@ -731,20 +731,49 @@ class ToolCache(StaleServing, Managing):
         self._tier.discard(own)
         item = entry_item(meta, body, self._expires_at(meta), server=readable_server(identity.server))
         await self._deferred.settled(own)
-        stored = await self._store.save(own, item)
-        checksum = body_checksum(body)
-        if stored and self._tier.admits(len(body)):
-            # Kept decoded as a copy of its own: `reply` is the caller's to change (unless it promised not to).
-            copy = reply if self.read_only_views else copy_result(reply)
-            held = hold(copy, body, meta.etag, checksum, server=identity.server, call=marks[1], answer=meta.size)
-            self._tier.put(own, held)
         saved = 0 if patched_by is None else max(meta.size - patched_by, 0)
-        if not stored:
+        if patched_by is not None:
+            # A patched answer is written after it is returned: the store write is most of what is left of
+            # a read after an edit (about 50 ms for a 5 MB notebook on SQLite), and it only feeds later
+            # lookups, which wait for it in this process (`_look`) as for a revalidation's record. The held
+            # copy is taken now, before the caller can change `reply`; the body is already encoded.
+            copy = reply if self.read_only_views else copy_result(reply)
+
+            async def write() -> None:
+                if not await self._save_and_hold(own, item, meta, identity, lambda: copy):
+                    # The outcome counted it as stored when it was returned; the store kept a newer answer.
+                    self.stats.stored -= 1
+                    self.stats.not_stored += 1
+                    logger.info(
+                        "tool %r: the patched answer was not stored: the store holds a newer one", identity.tool
+                    )
+
+            await self._deferred.start(own, write, "storing a patched answer")
+            why = f"{decision.reason}, written to the store after the answer is returned"
+            return reply, CallOutcome(status, True, f"{lookup_reason}; {why}", saved)
+        # Kept decoded as a copy of its own: `reply` is the caller's to change (unless it promised not to).
+        if not await self._save_and_hold(
+            own, item, meta, identity, lambda: reply if self.read_only_views else copy_result(reply)
+        ):
             why = "not stored: the store holds a newer answer, or could not take this one"
             return reply, CallOutcome(status, False, f"{lookup_reason}; {why}", saved)
+        return reply, CallOutcome(status, True, f"{lookup_reason}; {decision.reason}", saved)
+
+    async def _save_and_hold(
+        self, own: str, item: Item, meta: EntryMeta, identity: CallIdentity, copy: Callable[[], CallToolResult]
+    ) -> bool:
+        """Save `item` under `own`; once saved, hold its answer (`copy()`) decoded. Whether it was saved."""
+        if not await self._store.save(own, item):
+            return False
+        body = item.body
+        checksum = body_checksum(body)
+        if self._tier.admits(len(body)):
+            call = identity.call_mark_key()
+            held = hold(copy(), body, meta.etag, checksum, server=identity.server, call=call, answer=meta.size)
+            self._tier.put(own, held)
         # It passed the client's check on its way in, so its first serve here need not check it again.
         self._validated[(own, meta.etag or "", checksum)] = None
-        return reply, CallOutcome(status, True, f"{lookup_reason}; {decision.reason}", saved)
+        return True
 
     async def _patch(
         self,

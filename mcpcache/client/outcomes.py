@@ -20,6 +20,9 @@ class CallOutcome:
     the background; stale_if_error: the stored answer, no longer fresh, served because the server could not
     answer (the reason says how it failed)."""
     stored: bool
+    """Whether the answer went into the store. For `patched`, the store write happens just after the answer is
+    returned (`ToolCache.flush()` waits for it), and the store keeps it only if it holds nothing newer:
+    `CacheStats.stored` and `not_stored` count what landed."""
     reason: str
     bytes_saved: int = 0
     coalesced: bool = False

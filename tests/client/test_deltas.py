@@ -112,6 +112,40 @@ async def test_an_edited_answer_comes_as_a_delta_and_is_patched(
     assert cache.stats.stored == 2
 
 
+async def test_a_patched_answer_is_stored_as_served_whatever_its_caller_does_with_it(
+    backend: Backend, opened: Store
+) -> None:
+    """The patched answer is written to the store after it is returned: what is written is the answer as
+    served, even when the caller changes the result it got before the write lands; a lookup in the process
+    waits for the write, and another cache over the store reads it once `flush()` returns."""
+    clock = clock_of(backend)
+    cache = ToolCache(opened, trusted=True, clock=clock)
+    lab = Lab()
+    lab.docs.write("k", edition(1))
+    target = ServerTarget.memory(build_lab("fastmcp", lab))
+    async with connect("mcp", target, MODERN, cache, server_id=SERVER_ID) as conn:
+        await conn.call("read", KEY)
+        await conn.call("edit", {"key": "k", "text": edition(2)})
+        clock.advance(0.001)
+        patched = await conn.call("read", KEY)
+        assert patched.outcome.status == "patched", patched.outcome.reason
+        served = plain(patched.result)
+        patched.result.structured_content["text"] = "changed by the caller"  # type: ignore[index]
+        patched.result.content.clear()
+        again = await conn.call("read", KEY)  # waits for the write of the patched answer
+        assert again.outcome.status == "fresh_hit"
+        assert plain(again.result) == served
+        await cache.flush()
+    other = ToolCache(opened, trusted=True, clock=clock)
+    async with connect("mcp", target, MODERN, other, server_id=SERVER_ID) as conn:
+        seen = await conn.call("read", KEY)
+        assert seen.outcome.status == "fresh_hit"
+        assert plain(seen.result) == served
+    _meta, body = await stored_item_of(opened, "read")
+    assert plain(decode_result(body)) == served
+    assert (cache.stats.stored, cache.stats.not_stored) == (2, 1)  # the edit is never stored
+
+
 @pytest.mark.parametrize("era", ERAS)
 async def test_deltas_in_both_protocol_eras(era: Era, clock: FakeClock, cache: ToolCache) -> None:
     lab = Lab()

@@ -741,11 +741,12 @@ class ToolCache(StaleServing, Managing):
 
             async def write() -> None:
                 if not await self._save_and_hold(own, item, meta, identity, lambda: copy):
-                    # The outcome counted it as stored when it was returned; the store kept a newer answer.
+                    # The outcome counted it as stored when it was returned; the store kept a newer answer or failed.
                     self.stats.stored -= 1
                     self.stats.not_stored += 1
                     logger.info(
-                        "tool %r: the patched answer was not stored: the store holds a newer one", identity.tool
+                        "tool %r: the patched answer was not stored: the store holds a newer one, or failed",
+                        identity.tool,
                     )
 
             await self._deferred.start(own, write, "storing a patched answer")

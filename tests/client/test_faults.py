@@ -301,3 +301,26 @@ async def test_a_garbage_freshness_mark_is_no_mark(ended_at: Any, clock: FakeClo
     async with connect("mcp", ServerTarget.memory(build_lab("sdk")), MODERN, cache, server_id=SERVER_ID) as conn:
         await conn.call("read", K)
         assert (await conn.call("read", K)).outcome.status == "fresh_hit"
+
+
+async def test_a_store_that_fails_the_write_behind_a_patched_answer(clock: FakeClock) -> None:
+    """The patched answer is written after it is returned; when that write fails the caller already has the
+    right answer, the counters say it was not stored, and the next read still gets the current answer (the
+    stored one is the older version, so the server sends the change again)."""
+    long = " ".join(f"line {n}: the quick brown fox jumps over the lazy dog" for n in range(150))
+    store = BrokenStore(clock, set())
+    cache = ToolCache(store, clock=clock, trusted=True)
+    lab = Lab()
+    lab.docs.write("k", f"{long}\nedition 1")
+    async with connect("mcp", ServerTarget.memory(build_lab("sdk", lab)), MODERN, cache, server_id=SERVER_ID) as conn:
+        assert (await conn.call("read", K)).outcome.status == "miss"
+        store.failing = {"save"}
+        for edition in (2, 3):
+            lab.docs.write("k", f"{long}\nedition {edition}")
+            clock.advance(6)
+            call = await conn.call("read", K)
+            assert call.outcome.status == "patched", call.outcome.reason
+            assert call.result.structured_content["text"] == f"{long}\nedition {edition}"  # type: ignore[index]
+            await cache.flush()
+    assert (cache.stats.stored, cache.stats.not_stored) == (1, 2)
+    assert cache.stats.store_failures == store.attempts["save"] - 1 == 2

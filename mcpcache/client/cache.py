@@ -151,8 +151,10 @@ class ToolCache(StaleServing, Managing):
     keep_private: keep answers the server marked private (the default). False for a partition that answers
         several principals it cannot tell apart (the gateway's unauthenticated callers): their private answers
         are returned as they came and never kept (the outcome says so), public ones are kept as usual.
-    trusted: believe the server's readOnlyHint annotations (then calls to tools not marked read-only end
-        the freshness of that server's entries in this partition).
+    trusted: believe the server's readOnlyHint and idempotentHint annotations: calls to tools not marked
+        read-only end the freshness of that server's entries in this partition (otherwise every call without
+        a cache block does), and a call of a tool marked read-only or idempotent whose exchange was lost after
+        it was sent is sent once more (docs/client.md, "Idempotent tools").
     keep_stale_s: how long a tagged entry is kept after it goes stale, for cheap revalidation.
     store_deadline_s: the longest a call waits on any one store operation that moves no body; a store that
         does not answer in time is a miss, and is not asked again for `store_cooldown_s`.

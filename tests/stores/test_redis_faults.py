@@ -29,6 +29,9 @@ pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 
 MARGIN_S = 3.0
 
+WHOLE = b"0 \xffwhole"
+"""The directory's mark (field 0xFF, a name no UTF-8 item key takes) once every item held has an entry."""
+
 
 async def test_a_store_op_on_a_frozen_redis_raises_then_the_circuit_fails_fast(
     own_redis_server: RedisServer,
@@ -165,7 +168,7 @@ async def test_items_held_when_the_directory_was_evicted_are_counted_again(redis
         total = Usage(len(items), sum(item.size for item in items.values()))
         assert await store.usage() == total
         assert await store.usage("g1") == Usage(5, sum(items[f"k{i}"].size for i in range(1, 10, 2)))
-        assert await store.client.hget(prefix + "u", "lost") is None  # found: the next count scans nothing
+        assert await store.client.hget(prefix + "d", b"\xff") == WHOLE  # found: the next count scans nothing
         assert await store.usage() == total
 
 
@@ -239,10 +242,6 @@ async def test_usage_counts_what_is_held_when_evictions_strike_before_and_after_
                     await _assert_counts_what_is_held(store, client, (first, then))
     finally:
         await client.aclose()
-
-
-WHOLE = b"0 \xffwhole"
-"""The directory's mark (field 0xFF, a name no UTF-8 item key takes) once every item held has an entry."""
 
 
 async def test_a_namespace_emptied_by_its_own_removals_keeps_its_mark(redis_url: str) -> None:

@@ -13,6 +13,7 @@ freshness. (A request the server reset before reading it never ran, whatever the
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar, assert_never
@@ -22,6 +23,8 @@ import mcp_types as mt
 from mcp.shared.exceptions import MCPError
 
 from mcpcache.client.contracts import Connection
+
+logger = logging.getLogger("mcpcache.client")
 
 T = TypeVar("T")
 
@@ -89,9 +92,11 @@ async def sent_with_resend(
         )
         match decision:
             case KeepFailure():
+                if lost:
+                    logger.debug("tool %r: not sent again: %s", name, decision.reason)
                 raise
             case SendAgain(reason=reason):
-                pass
+                logger.info("tool %r: %s", name, reason)
             case _:
                 assert_never(decision)
     return await attempt(remaining), reason

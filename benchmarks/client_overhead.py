@@ -399,6 +399,9 @@ class _StubConnection:
     async def read_only(self, name: str) -> bool | None:
         return True
 
+    async def idempotent(self, name: str) -> bool | None:
+        return True
+
 
 async def breakdown(
     label: str,

@@ -177,6 +177,9 @@ async def run_toolcache(total: int, max_bytes: int) -> dict[str, Any]:
         async def read_only(self, name: str) -> bool | None:
             return True
 
+        async def idempotent(self, name: str) -> bool | None:
+            return True
+
     cache = ToolCache(MemoryStore(StoreLimits(max_bytes=max_bytes)))
     conn = StubConnection()
     start = time.perf_counter()

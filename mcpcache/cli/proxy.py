@@ -63,7 +63,10 @@ def proxy(
         bool,
         typer.Option(
             "--trust-annotations",
-            help="Believe the upstream's readOnlyHint: only calls to tools not marked read-only end freshness.",
+            help=(
+                "Believe the upstream's readOnlyHint and idempotentHint: only calls to tools not marked read-only"
+                " end freshness, and a lost call of a read-only or idempotent tool is sent once more."
+            ),
         ),
     ] = False,
     view_bytes: Annotated[

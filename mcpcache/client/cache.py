@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import replace
 from enum import Enum
+from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar, assert_never, cast, overload
 
@@ -73,6 +74,7 @@ from mcpcache.client.policy import (
     reply_block,
     store_arm,
 )
+from mcpcache.client.resend import sent_with_resend
 from mcpcache.client.stale import DEFAULT_BACKGROUND_REVALIDATIONS, Background, StaleServing
 from mcpcache.client.tier import DecodedTier, copy_result, hold
 from mcpcache.client.views import view_of
@@ -149,8 +151,10 @@ class ToolCache(StaleServing, Managing):
     keep_private: keep answers the server marked private (the default). False for a partition that answers
         several principals it cannot tell apart (the gateway's unauthenticated callers): their private answers
         are returned as they came and never kept (the outcome says so), public ones are kept as usual.
-    trusted: believe the server's readOnlyHint annotations (then calls to tools not marked read-only end
-        the freshness of that server's entries in this partition).
+    trusted: believe the server's readOnlyHint and idempotentHint annotations: calls to tools not marked
+        read-only end the freshness of that server's entries in this partition (otherwise every call without
+        a cache block does), and a call of a tool marked read-only or idempotent whose exchange was lost after
+        it was sent is sent once more (docs/client.md, "Idempotent tools").
     keep_stale_s: how long a tagged entry is kept after it goes stale, for cheap revalidation.
     store_deadline_s: the longest a call waits on any one store operation that moves no body; a store that
         does not answer in time is a miss, and is not asked again for `store_cooldown_s`.
@@ -618,11 +622,20 @@ class ToolCache(StaleServing, Managing):
                 }
             else:
                 request_meta = user_meta
-            reply = await conn.send(name, args, request_meta, timeout_s)
+            sent, resent = await sent_with_resend(
+                conn, name, timeout_s, partial(conn.send, name, args, request_meta), trusted=self.trusted
+            )
+            reason = self._note_resent(reason, resent)
             checked = False
-            if reply is None:
+            if sent is None:
                 sent_etag, checked = None, True
-                reply = await conn.send_plain(name, args, user_meta)
+                # The client's own path, with its own timeout.
+                reply, resent = await sent_with_resend(
+                    conn, name, None, lambda _: conn.send_plain(name, args, user_meta), trusted=self.trusted
+                )
+                reason = self._note_resent(reason, resent)
+            else:
+                reply = sent
             decision = decide_reply(
                 tool=name,
                 sent_etag=sent_etag,
@@ -671,6 +684,12 @@ class ToolCache(StaleServing, Managing):
             logger.info("tool %r: %s; asking again without a tag", name, why)
             reason = f"{reason}; {why}; asked again without a tag"
             repeated, sent_etag = True, None
+
+    def _note_resent(self, reason: str, resent: str | None) -> str:
+        if resent is None:
+            return reason
+        self.stats.resent += 1
+        return f"{reason}; {resent}"
 
     def _expires_at(self, meta: EntryMeta) -> float:
         """When the store may drop the entry, on the store's clock (which judges it), not the cache's."""

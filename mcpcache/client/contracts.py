@@ -44,6 +44,9 @@ class Connection(Protocol):
     async def read_only(self, name: str) -> bool | None:
         """The tool's readOnlyHint, as the server announced it (None: unknown)."""
 
+    async def idempotent(self, name: str) -> bool | None:
+        """The tool's idempotentHint, as the server announced it (None: unknown)."""
+
 
 class ViewCache(Protocol):
     """What a caching view asks of its cache (`ToolCache` is the one implementation)."""

@@ -65,6 +65,9 @@ class CacheStats:
     background_failures: int = 0
     """Background revalidations that failed (the server unreachable, an error, a timeout, close()): never a
     caller's failure; the entry stays as it was."""
+    resent: int = 0
+    """Requests sent once more because their exchange was lost after they were sent, the tool being annotated
+    read-only or idempotent by a trusted server (docs/client.md, "Idempotent tools")."""
 
     def record(self, outcome: CallOutcome) -> None:
         self.calls += 1

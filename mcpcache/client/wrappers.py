@@ -139,6 +139,9 @@ class _SessionConnection:
     async def read_only(self, name: str) -> bool | None:
         return await self._view.read_only(name)
 
+    async def idempotent(self, name: str) -> bool | None:
+        return await self._view.idempotent(name)
+
 
 class _SessionHook:
     """What one session's change notifications reach: each (cache, server) that wrapped the session, once.
@@ -174,7 +177,7 @@ class _SessionHook:
     async def __call__(self, message: Any) -> None:
         if isinstance(message, mt.ToolListChangedNotification):
             for view in list(self._views):
-                view._read_only = None  # the annotations may have changed with the list
+                view._annotations = None  # the annotations may have changed with the list
             for cache, _ in list(self._targets.values()):
                 cache.forget_validations()  # and the output schemas stored answers were checked against
         if isinstance(message, _FRESHNESS_ENDING):
@@ -193,7 +196,7 @@ class _CachedView:
         self._cache = cache
         self._wrapped = wrapped
         self._server_id = server_id
-        self._read_only: dict[str, bool | None] | None = None
+        self._annotations: dict[str, mt.ToolAnnotations | None] | None = None
         self._listing = anyio.Lock()
         self._hooked: ClientSession | None = None
         self.last_outcome: CallOutcome | None = None
@@ -240,21 +243,26 @@ class _CachedView:
             logger.debug("client not connected yet; notifications are hooked on the first call")
 
     async def read_only(self, name: str) -> bool | None:
-        if self._read_only is None:
+        annotations = await self._annotations_of(name)
+        return annotations.read_only_hint if annotations is not None else None
+
+    async def idempotent(self, name: str) -> bool | None:
+        annotations = await self._annotations_of(name)
+        return annotations.idempotent_hint if annotations is not None else None
+
+    async def _annotations_of(self, name: str) -> mt.ToolAnnotations | None:
+        if self._annotations is None:
             # One listing for every concurrent caller: a caller must never read a half-filled table (it would
             # take a read-only tool for an unknown one).
             async with self._listing:
-                if self._read_only is None:
+                if self._annotations is None:
                     try:
                         tools = await self._list_tools()
                     except Exception:
                         logger.warning("could not list tools to read their annotations", exc_info=True)
                         return None
-                    self._read_only = {
-                        tool.name: tool.annotations.read_only_hint if tool.annotations is not None else None
-                        for tool in tools
-                    }
-        return self._read_only.get(name)
+                    self._annotations = {tool.name: tool.annotations for tool in tools}
+        return self._annotations.get(name)
 
     async def _list_tools(self) -> list[mt.Tool]:
         tools: list[mt.Tool] = []

@@ -416,6 +416,9 @@ class _UpstreamConnection:
         # Declaring a tool in the gateway's configuration declares it a read: its answers may be kept.
         return True
 
+    async def idempotent(self, name: str) -> bool | None:
+        return True  # a read
+
 
 class GatewayMiddleware(Middleware):
     """Stamps, revalidates and serves the declared tools of the gateway's upstreams (module docstring)."""

@@ -102,6 +102,9 @@ class UpstreamCall:
     async def read_only(self, name: str) -> bool | None:
         return await self._link.read_only(name)
 
+    async def idempotent(self, name: str) -> bool | None:
+        return await self._link.idempotent(name)
+
 
 class UpstreamCaller:
     """What `call_for_model` calls through (`mcpcache.refs.calls.RawCaller`), keeping the raw answer."""

@@ -88,3 +88,7 @@ class UpstreamLink:
     async def read_only(self, name: str) -> bool | None:
         value: bool | None = await self.view.read_only(name)
         return value
+
+    async def idempotent(self, name: str) -> bool | None:
+        value: bool | None = await self.view.idempotent(name)
+        return value

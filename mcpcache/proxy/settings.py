@@ -86,7 +86,7 @@ class ProxySettings:
     server_id: str | None = None
     """Names the upstream in cache keys instead of its endpoint (see `upstream_identity`)."""
     trusted: bool = False
-    """Believe the upstream's readOnlyHint annotations (see `ToolCache(trusted=...)`)."""
+    """Believe the upstream's readOnlyHint and idempotentHint annotations (see `ToolCache(trusted=...)`)."""
     upstream_era: UpstreamEra = "legacy"
 
 

@@ -12,6 +12,16 @@ local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local function num(v) return tonumber(v or '0') or 0 end
 local function group_of(d) return string.sub(d, string.find(d, ' ', 1, true) + 1) end
+
+-- The directory's mark: a field of the directory itself, so Redis evicts it with the directory and never
+-- alone. Item keys are UTF-8 and never hold byte 255, so no item takes its name. 'whole' says every item
+-- held has a directory entry; a scan's token says a count is looking at every item to make it so. Its value
+-- has the form of an entry ("<size> <group>", in a group no item is in) so that versions of the store
+-- that do not know the mark pass over it.
+local MARK = '\255'
+local WHOLE = '0 \255whole'
+local SCANNING = '0 \255scan '
+local function is_mark(k) return string.byte(k, 1) == 255 end
 local function is_hash(ik) return redis.call('TYPE', ik)['ok'] == 'hash' end
 
 -- The expiry in ms as the script wants it, from the item's own 'x' field ('' for none).
@@ -93,36 +103,39 @@ local function reindex(k, ik)
 end
 
 -- The derived indexes again from the directory, after Redis evicted one of them (allkeys-* policies).
+-- The directory keeps its mark: the entries of the items held stay, so what the mark says stays true.
 local function rebuild()
-  local lost = redis.call('HGET', U, 'lost')
   local entries = redis.call('HGETALL', D)
   local groups = {}
   for _, g in ipairs(redis.call('ZRANGE', GROUPS, 0, -1)) do groups[g] = true end
-  for i = 2, #entries, 2 do groups[group_of(entries[i])] = true end
+  for i = 1, #entries, 2 do
+    if not is_mark(entries[i]) then groups[group_of(entries[i + 1])] = true end
+  end
   for g, _ in pairs(groups) do redis.call('DEL', P .. 'g:' .. g, P .. 'c:' .. g) end
   redis.call('DEL', U, LRU, X, GROUPS, D)
-  if lost then redis.call('HSET', U, 'lost', lost) end
   for i = 1, #entries, 2 do
-    local ik = P .. 'i:' .. entries[i]
-    if is_hash(ik) then reindex(entries[i], ik) end
+    local k = entries[i]
+    if is_mark(k) then
+      redis.call('HSET', D, k, entries[i + 1])
+    elseif is_hash(P .. 'i:' .. k) then
+      reindex(k, P .. 'i:' .. k)
+    end
   end
 end
 
 -- Every key here may be evicted by Redis (maxmemory); the directory is the index's authority.
 local function check_index()
   if redis.call('EXISTS', D) == 0 then
-    -- Redis deletes a hash left empty, so a namespace emptied by its own removals has no directory either;
-    -- it counts no items and holds no LRU entries, and is no loss.
-    if redis.call('EXISTS', LRU) == 1 or num(redis.call('HGET', U, 'n')) > 0 then
-      -- The directory is gone: the rest of the index no longer says anything true. Items still held are
-      -- indexed again when next loaded, or by the next `usage`, which the mark below sends looking for them.
+    -- No directory: a new namespace, one emptied before it was ever counted (Redis deletes a hash left
+    -- empty), or one whose directory Redis evicted, mark and all. The rest of the index no longer says
+    -- anything true. Items still held are indexed again when next loaded, or by the next `usage`, which
+    -- finds the directory (recreated by the next save) without its mark and looks at every item.
+    if redis.call('EXISTS', U, LRU, X, GROUPS) > 0 then
       for _, g in ipairs(redis.call('ZRANGE', GROUPS, 0, -1)) do redis.call('DEL', P .. 'g:' .. g, P .. 'c:' .. g) end
-      local lost = num(redis.call('HGET', U, 'lost')) + 1
       redis.call('DEL', U, LRU, X, GROUPS)
-      -- Kept in `u`, which every operation uses: a key of its own would be the first one Redis evicts.
-      redis.call('HSET', U, 'lost', lost)
     end
-  elseif redis.call('EXISTS', U) == 0 or redis.call('EXISTS', LRU) == 0 or redis.call('EXISTS', GROUPS) == 0 then
+  elseif redis.call('EXISTS', U, LRU, GROUPS) < 3 and redis.call('HLEN', D) > redis.call('HEXISTS', D, MARK) then
+    -- (A directory holding only its mark has no counts, LRU entries or groups to keep.)
     rebuild()
   end
 end
@@ -345,7 +358,7 @@ elseif op == 'list' or op == 'count' or op == 'remove_matching' then
   local out, n, bytes = {}, 0, 0
   for i = 1, #entries, 2 do
     local k = entries[i]
-    if group_of(entries[i + 1]) == g then
+    if not is_mark(k) and group_of(entries[i + 1]) == g then
       local ik = P .. 'i:' .. k
       if is_hash(ik) then
         local f = redis.call('HMGET', ik, 'm', 'g', 'c', 'x', 't', 's', 'k', 'sv', 'tl', 'v', 'z')
@@ -368,7 +381,7 @@ elseif op == 'list' or op == 'count' or op == 'remove_matching' then
 
 elseif op == 'adopt' then
   -- One SCAN step over the namespace's items, indexing each one held without a directory entry (after
-  -- Redis evicted the directory); the next cursor, '0' at the end.
+  -- Redis evicted the directory, or in a namespace never counted); the next cursor, '0' at the end.
   local scanned = redis.call('SCAN', A[1], 'MATCH', P .. 'i:*', 'COUNT', tonumber(A[2]))
   for _, ik in ipairs(scanned[2]) do
     local k = string.sub(ik, #P + 3)
@@ -376,13 +389,27 @@ elseif op == 'adopt' then
   end
   return scanned[1]
 
-elseif op == 'lost' then
-  return redis.call('HGET', U, 'lost') or false
+elseif op == 'whole' then
+  -- Whether every item held has a directory entry: '' when the directory's mark says so. Otherwise the
+  -- token of the scan that is to make it so: the one under way, or A[1], marked now (creating the directory
+  -- if there is none).
+  local mark = redis.call('HGET', D, MARK)
+  if mark == WHOLE then return '' end
+  if mark and string.sub(mark, 1, #SCANNING) == SCANNING then return string.sub(mark, #SCANNING + 1) end
+  redis.call('HSET', D, MARK, SCANNING .. A[1])
+  return A[1]
 
 elseif op == 'found' then
-  -- Every item held when the directory was lost `A[1]` times is indexed again; a later loss keeps its mark.
-  if redis.call('HGET', U, 'lost') == A[1] then redis.call('HDEL', U, 'lost') end
-  return true
+  -- A scan that started with the directory marked with token A[1] met every item: if the mark is still
+  -- there, the directory was not evicted since, and every item held has an entry. 1 when the directory is
+  -- whole now, 0 when it was evicted meanwhile (and the count must look again).
+  local mark = redis.call('HGET', D, MARK)
+  if mark == SCANNING .. A[1] then
+    redis.call('HSET', D, MARK, WHOLE)
+    mark = WHOLE
+  end
+  if mark == WHOLE then return 1 end
+  return 0
 
 elseif op == 'usage' then
   local g = A[1]

@@ -17,7 +17,8 @@ The keys, and the indexes that make group operations and LRU trimming cheap:
                 sv and tl the server and tool labels (absent in items saved before they were kept: "").
                 It describes itself fully: the indexes below can all be rebuilt from the items.
 - `d`           hash key -> "<size> <group>": the directory, the index's authority (an item is indexed,
-                and counted, exactly when it has an entry here)
+                and counted, exactly when it has an entry here). It also holds its mark, under the field
+                0xFF (no UTF-8 item key takes it): "whole" once a count has found every item held indexed
 - `lru`         sorted set key -> use tick, the whole namespace (for the optional global bound)
 - `g:<group>`   sorted set key -> use tick (group LRU order, trim_group, remove_group)
 - `c:<group>`   sorted set key -> created_at (remove_created_before)
@@ -27,8 +28,6 @@ The keys, and the indexes that make group operations and LRU trimming cheap:
 - `u`           hash of item and byte counts, per group and in total
 - `tick`        the use counter: strictly ordered even for uses within one millisecond
 - `sweep`       where the next write's sweep of the index starts
-- `u` also holds `lost`: how many times Redis evicted the directory since `usage` last indexed every
-  item again
 
 Every key starts with `{<namespace>}:`; the hash tag puts a namespace in one cluster slot, which the
 scripts need since they derive key names from the data.
@@ -43,7 +42,11 @@ Redis's own `maxmemory` eviction may remove any of these keys, and the store kee
   items are indexed again as they are loaded, or all at once by the next `usage`; if it evicts another
   index key, the index is rebuilt from the directory. Only `allkeys-*` policies can do this: the index
   keys carry no expiry, so `volatile-*` policies never evict them (and the sweeps bound their size).
-  Under `allkeys-lru` they are in use on every operation and are the last keys Redis picks.
+  Under `allkeys-lru` they are in use on every operation, but Redis's LRU clock counts in seconds and
+  samples keys, so they tie with every item used in the same second and do get evicted.
+- A count knows the directory holds every item held only from the directory's own mark, which Redis can
+  evict only together with the directory: a note kept in any other key could go first, or with it, and
+  leave the loss unnoticed.
 - With a `volatile-*` policy, items need an expiry to be evictable at all: see `idle_ttl_s`.
 """
 
@@ -52,6 +55,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+import uuid
 from collections.abc import Awaitable, Mapping, Sequence
 from importlib import resources
 from typing import Any, Literal, TypeVar
@@ -119,6 +123,9 @@ DEFAULT_COOLDOWN_S = 5.0
 
 _SCAN_COUNT = 500
 """Directory entries one count or removal step looks at (one script run: short, so Redis never blocks long)."""
+
+_WHOLE_ATTEMPTS = 3
+"""Scans one count makes while Redis keeps evicting the directory under it; past them it counts what is indexed."""
 
 _INLINE_BODY_BYTES = 1_000_000
 """A load's first request takes a body up to this size along; a larger one is asked for again, with a
@@ -313,20 +320,24 @@ class RedisStore(Store):
 
         Before counting, the index (of the group, or of the namespace) is walked in batches and every
         entry whose item Redis evicted on its own is dropped, so the count is of items that were held
-        during the walk. After Redis evicted the directory itself (only an `allkeys-*` policy can), the
-        first count also scans the namespace's items and indexes again those held without an entry. The
-        walk is O(items) round trips of 512 entries.
+        during the walk. The walk is O(items) round trips of 512 entries. The first count of a namespace,
+        and the first after Redis evicted its directory (only an `allkeys-*` policy can), also scan the
+        Redis database's keys (`SCAN`, 500 a step) and index again the items held without an entry.
         """
-        lost = await self._call("lost")
-        if lost:
-            # Redis evicted the directory (an `allkeys-*` policy): items held then are counted only once
-            # indexed again, so every item is looked at, one short script per step.
+        for _ in range(_WHOLE_ATTEMPTS):
+            token = text(await self._call("whole", uuid.uuid4().hex))
+            if not token:
+                break
+            # The directory is not known to hold every item: a new namespace, or Redis evicted it. Every
+            # item is looked at, one short script per step; the directory's mark, still there at the end,
+            # shows it was not evicted meanwhile.
             cursor: bytes | int = b"0"
             while True:
                 cursor = await self._call("adopt", cursor, _SCAN_COUNT)
                 if cursor in (b"0", 0):
                     break
-            await self._call("found", lost)
+            if await self._call("found", token):
+                break
         at = 0
         while at >= 0:
             at = int(await self._call("sweep", "lru" if group is None else "g:" + group, at, 512))

@@ -248,6 +248,7 @@ async def test_outcomes_and_totals(clock: FakeClock, cache: ToolCache) -> None:
         "stale_if_error": 0,
         "background_revalidations": 0,
         "background_failures": 0,
+        "resent": 0,
     }
 
 

@@ -14,6 +14,7 @@ import os
 import random
 import time
 import uuid
+from typing import Any
 
 import anyio
 import pytest
@@ -21,12 +22,15 @@ import redis.asyncio
 import redis.exceptions
 from support.redis_server import Frozen, RedisServer, used_memory
 
-from mcpcache.stores import Item, RedisStore, Usage
+from mcpcache.stores import Item, Match, RedisStore, Usage
 from mcpcache.stores.redis import RedisUnavailable
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]
 
 MARGIN_S = 3.0
+
+WHOLE = b"0 \xffwhole"
+"""The directory's mark (field 0xFF, a name no UTF-8 item key takes) once every item held has an entry."""
 
 
 async def test_a_store_op_on_a_frozen_redis_raises_then_the_circuit_fails_fast(
@@ -164,24 +168,123 @@ async def test_items_held_when_the_directory_was_evicted_are_counted_again(redis
         total = Usage(len(items), sum(item.size for item in items.values()))
         assert await store.usage() == total
         assert await store.usage("g1") == Usage(5, sum(items[f"k{i}"].size for i in range(1, 10, 2)))
-        assert await store.client.hget(prefix + "u", "lost") is None  # found: the next count scans nothing
+        assert await store.client.hget(prefix + "d", b"\xff") == WHOLE  # found: the next count scans nothing
         assert await store.usage() == total
 
 
-async def test_a_namespace_emptied_by_its_own_removals_is_no_lost_directory(redis_url: str) -> None:
-    """Redis deletes a hash left empty, so the directory of an emptied namespace is gone without any loss:
-    no later count may take that for an eviction and scan the whole keyspace for items."""
+_BOOKKEEPING = ("d", "u", "lru", "x", "groups", "g:g0", "g:g1", "c:g0", "c:g1", "tick", "sweep")
+"""Every key of a namespace's index and counters (items aside) that an `allkeys-*` policy may evict."""
+
+
+def _subsets(names: tuple[str, ...]) -> list[tuple[str, ...]]:
+    return [tuple(name for bit, name in enumerate(names) if mask >> bit & 1) for mask in range(1 << len(names))]
+
+
+async def _counted_namespace(store: RedisStore) -> dict[str, Item]:
+    """Six items in two groups, half with an expiry, counted once (the steady state an eviction strikes)."""
+    items = {
+        f"k{i}": Item({"i": i}, b"body %d" % i, f"g{i % 2}", float(i), time.time() + 3600 if i % 2 else None)
+        for i in range(6)
+    }
+    for key, item in items.items():
+        assert await store.save(key, item)
+    assert await store.usage() == Usage(6, sum(item.size for item in items.values()))
+    return items
+
+
+async def _assert_counts_what_is_held(store: RedisStore, client: redis.asyncio.Redis, why: object) -> None:
+    held = await _held(client, store.namespace)
+    usage = await store.usage()
+    assert usage == held, why
+    groups = [await store.usage(group) for group in ("g0", "g1")]
+    assert Usage(sum(g.items for g in groups), sum(g.bytes for g in groups)) == held, why
+    assert await store.usage() == held, why  # and again, now that nothing is missing
+
+
+async def test_usage_counts_what_is_held_whichever_bookkeeping_keys_were_evicted(
+    own_redis_server: RedisServer,
+) -> None:
+    """Every combination of the index keys an `allkeys-*` policy may evict at once, right before a count."""
+    client = redis.asyncio.Redis.from_url(own_redis_server.url)
+    try:
+        async with RedisStore(own_redis_server.url, namespace="evicted") as store:
+            prefix = "{evicted}:"
+            for evicted in _subsets(_BOOKKEEPING):
+                await client.flushdb()
+                items = await _counted_namespace(store)
+                if evicted:
+                    await client.delete(*(prefix + name for name in evicted))
+                await _assert_counts_what_is_held(store, client, evicted)
+                assert await store.load("k3") == items["k3"], evicted
+    finally:
+        await client.aclose()
+
+
+async def test_usage_counts_what_is_held_when_evictions_strike_before_and_after_an_operation(
+    own_redis_server: RedisServer,
+) -> None:
+    """Keys evicted, an operation that meets their absence (a load and a save), more keys evicted, a count:
+    whatever the store noted about the first loss must not go with the second."""
+    client = redis.asyncio.Redis.from_url(own_redis_server.url)
+    try:
+        async with RedisStore(own_redis_server.url, namespace="evicted") as store:
+            prefix = "{evicted}:"
+            for first in _subsets(("d", "u", "lru", "groups", "g:g0", "c:g1")):
+                for then in _subsets(("d", "u", "lru", "groups")):
+                    await client.flushdb()
+                    items = await _counted_namespace(store)
+                    if first:
+                        await client.delete(*(prefix + name for name in first))
+                    assert await store.load("k0") == items["k0"]
+                    assert await store.save("late", Item({}, b"late", "g1", 10.0))
+                    if then:
+                        await client.delete(*(prefix + name for name in then))
+                    await _assert_counts_what_is_held(store, client, (first, then))
+    finally:
+        await client.aclose()
+
+
+async def test_a_namespace_emptied_by_its_own_removals_keeps_its_mark(redis_url: str) -> None:
+    """Redis deletes a hash left empty, but a counted namespace's directory holds its mark as well: emptied by
+    its own removals, it is still known to index every item held, and no later count scans the keyspace."""
     namespace = f"empty-{uuid.uuid4().hex[:8]}"
     prefix = "{" + namespace + "}:"
     async with RedisStore(redis_url, namespace=namespace) as store:
         for key in ("a", "b"):
             await store.save(key, Item({"k": key}, b"body", "g", 1.0))
+        assert await store.client.hget(prefix + "d", b"\xff") is None  # never counted: not known whole
+        assert await store.usage() == Usage(2, 2 * (len(b"body") + len(b'{"k":"a"}')))
         for key in ("a", "b"):
             await store.remove(key)
-        assert await store.client.exists(prefix + "d") == 0
+        assert await store.client.hgetall(prefix + "d") == {b"\xff": WHOLE}
         assert await store.usage() == Usage(0, 0)
-        assert await store.usage() == Usage(0, 0)
-        assert await store.client.hget(prefix + "u", "lost") is None
+        assert await store.count(Match("g")) == Usage(0, 0)
+        assert (await store.list_page(Match(""))).entries == ()
+
+
+async def test_a_directory_evicted_while_usage_scans_for_items_is_scanned_again(redis_url: str) -> None:
+    """The scan that indexes the items held again counts only if the directory was not evicted under it
+    (then the items it indexed went with it): the count scans again."""
+    evictions = [2]
+
+    class EvictedMidScan(RedisStore):
+        async def _call(self, op: str, *args: bytes | str | int, moving: int = 0) -> Any:
+            reply = await super()._call(op, *args, moving=moving)
+            if op == "adopt" and evictions[0]:
+                evictions[0] -= 1
+                await self.client.delete(prefix + "d", prefix + "u")  # as an allkeys-* eviction would
+            return reply
+
+    namespace = f"mid-{uuid.uuid4().hex[:8]}"
+    prefix = "{" + namespace + "}:"
+    async with EvictedMidScan(redis_url, namespace=namespace) as store:
+        items = {f"k{i}": Item({"i": i}, b"body %d" % i, f"g{i % 2}", float(i)) for i in range(10)}
+        for key, item in items.items():
+            await store.save(key, item)
+        assert await store.usage() == Usage(10, sum(item.size for item in items.values()))
+        assert evictions == [0]
+        assert await store.client.hget(prefix + "d", b"\xff") == WHOLE
+        await store.remove_all()
 
 
 async def test_an_evicted_index_key_is_rebuilt_or_dropped(redis_url: str) -> None:

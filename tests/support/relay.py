@@ -5,7 +5,8 @@ keep-alive connection just as the client sends a request on it (the client's req
 before any answer, unread), or a connection dropped after the server read the request but before its
 answer (the server ran it; the client never learns the outcome). The relay makes each happen on the next
 request sent on a connection that has already carried an exchange, so a test can show what a client does
-then. Everything else passes through unchanged.
+then; or cut the answer off mid-way, once its headers are through (the server ran the call, and the
+client has begun to read an answer that never completes). Everything else passes through unchanged.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Literal
 import anyio
 from anyio.abc import SocketAttribute, SocketStream
 
-Loss = Literal["reset_unread", "drop_after_read"]
+Loss = Literal["reset_unread", "drop_after_read", "cut_mid_answer"]
 
 
 class Relay:
@@ -34,7 +35,8 @@ class Relay:
     def lose_next(self, how: Loss) -> None:
         """Lose the next request sent on a reused connection: `reset_unread` resets the client's connection
         without passing the request on (the server closed an idle connection as the request arrived);
-        `drop_after_read` passes the request on and closes the client's connection before the answer."""
+        `drop_after_read` passes the request on and closes the client's connection before the answer;
+        `cut_mid_answer` passes the request on, and of the answer only its head (status line and headers)."""
         self._armed = how
 
     async def _serve(self, client: SocketStream) -> None:
@@ -42,12 +44,13 @@ class Relay:
         """Whether the server has answered on this connection: a request sent after that reuses it (a client
         sends its next request only once the whole answer is in)."""
         dropping = False
+        cutting = False
         async with client, await anyio.connect_tcp(*self._target) as server, anyio.create_task_group() as tg:
 
             async def upstream() -> None:
-                nonlocal dropping
+                nonlocal dropping, cutting
                 async for chunk in client:
-                    if answered and not dropping and self._armed is not None:
+                    if answered and not (dropping or cutting) and self._armed is not None:
                         how, self._armed = self._armed, None
                         self.lost.append(how)
                         if how == "reset_unread":
@@ -55,7 +58,10 @@ class Relay:
                             raw = client.extra(SocketAttribute.raw_socket)
                             raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                             break
-                        dropping = True
+                        if how == "cut_mid_answer":
+                            cutting = True
+                        else:
+                            dropping = True
                     await server.send(chunk)
                 tg.cancel_scope.cancel()
 
@@ -64,6 +70,11 @@ class Relay:
                 async for chunk in server:
                     if dropping:
                         break  # the server read the whole request and answers: the answer is lost
+                    if cutting:
+                        head = chunk.find(b"\r\n\r\n")
+                        if head >= 0:
+                            await client.send(chunk[: head + 4])
+                            break  # the answer's head went through, its body is lost
                     answered = True
                     await client.send(chunk)
                 tg.cancel_scope.cancel()

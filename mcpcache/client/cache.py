@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import replace
 from enum import Enum
 from types import TracebackType
@@ -42,6 +42,7 @@ from mcpcache.client.fence import (
     FencedStore,
 )
 from mcpcache.client.flights import Flights
+from mcpcache.client.keyrules import KeyRules, overrides
 from mcpcache.client.keys import Arm, CallIdentity, readable_server
 from mcpcache.client.managing import Managing, remember
 from mcpcache.client.outcomes import CacheStats, CallOutcome, Status
@@ -201,6 +202,8 @@ class ToolCache(StaleServing, Managing):
         serve_stale: bool = True,
         background_revalidations: int = DEFAULT_BACKGROUND_REVALIDATIONS,
         read_only_views: bool = False,
+        key_arguments: Mapping[str, Iterable[str]] | None = None,
+        ignore_arguments: Mapping[str, Iterable[str]] | None = None,
         clock: Clock = time.time,
     ) -> None:
         if not isinstance(partition, str):
@@ -222,6 +225,7 @@ class ToolCache(StaleServing, Managing):
         self.keep_private = keep_private
         self.trusted = trusted
         self.meta_key = meta_key
+        self._key_rules = KeyRules(overrides(key_arguments, ignore_arguments), trusted=trusted, meta_key=meta_key)
         self.keep_stale_s = keep_stale_s
         if not isinstance(deltas, bool):
             raise TypeError("deltas must be True or False")
@@ -260,8 +264,10 @@ class ToolCache(StaleServing, Managing):
         self.stats.store_failures += 1
 
     def forget_validations(self) -> None:
-        """Check stored answers again before serving them (the wrappers call it when tools change)."""
+        """Check stored answers again before serving them, and read the tools' key arguments again (the
+        wrappers call it when tools change)."""
         self._validated.clear()
+        self._key_rules.forget()
 
     @overload
     def wrap(self, client: MCPClient, *, server_id: str | None = None) -> CachedMCPClient: ...
@@ -344,7 +350,8 @@ class ToolCache(StaleServing, Managing):
             raise ValueError(f"cache mode must be one of {CACHE_MODES}, got {mode!r}")
         args = dict(arguments or {})
         user_meta = dict(meta) if meta else None
-        identity = CallIdentity(conn.server_id, self.partition, conn.era, name, args, variant)
+        rule = await self._key_rules.rule(conn, name) if mode != "bypass" else None
+        identity = KeyRules.identity(rule, conn.server_id, self.partition, conn.era, name, args, variant)
         try:
             key = identity.key("private")
         except CanonicalizationError as exc:
@@ -581,7 +588,7 @@ class ToolCache(StaleServing, Managing):
         looked: _Looked,
         timeout_s: float | None,
     ) -> tuple[CallToolResult, CallOutcome]:
-        name, args = identity.tool, dict(identity.arguments)
+        name, args = identity.tool, dict(identity.sent_arguments)
         found = looked.found
         lookup = looked.decision
         reason = lookup.reason

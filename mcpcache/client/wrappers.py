@@ -130,6 +130,9 @@ class _SessionConnection:
     async def read_only(self, name: str) -> bool | None:
         return await self._view.read_only(name)
 
+    async def declarations(self) -> Mapping[str, Any] | None:
+        return await self._view.declarations()
+
 
 class _SessionHook:
     """What one session's change notifications reach: each (cache, server) that wrapped the session, once.
@@ -166,6 +169,7 @@ class _SessionHook:
         if isinstance(message, mt.ToolListChangedNotification):
             for view in list(self._views):
                 view._read_only = None  # the annotations may have changed with the list
+                view._declared = None
             for cache, _ in list(self._targets.values()):
                 cache.forget_validations()  # and the output schemas stored answers were checked against
         if isinstance(message, _FRESHNESS_ENDING):
@@ -185,6 +189,7 @@ class _CachedView:
         self._wrapped = wrapped
         self._server_id = server_id
         self._read_only: dict[str, bool | None] | None = None
+        self._declared: dict[str, Any] | None = None
         self._listing = anyio.Lock()
         self._hooked: ClientSession | None = None
         self.last_outcome: CallOutcome | None = None
@@ -231,21 +236,33 @@ class _CachedView:
             logger.debug("client not connected yet; notifications are hooked on the first call")
 
     async def read_only(self, name: str) -> bool | None:
-        if self._read_only is None:
-            # One listing for every concurrent caller: a caller must never read a half-filled table (it would
-            # take a read-only tool for an unknown one).
-            async with self._listing:
-                if self._read_only is None:
-                    try:
-                        tools = await self._list_tools()
-                    except Exception:
-                        logger.warning("could not list tools to read their annotations", exc_info=True)
-                        return None
-                    self._read_only = {
-                        tool.name: tool.annotations.read_only_hint if tool.annotations is not None else None
-                        for tool in tools
-                    }
-        return self._read_only.get(name)
+        if self._read_only is None and not await self._list():
+            return None
+        return self._read_only.get(name) if self._read_only is not None else None
+
+    async def declarations(self) -> Mapping[str, Any] | None:
+        """Each tool's cache declaration in `tools/list`, by name (None: the tools could not be listed)."""
+        if self._declared is None and not await self._list():
+            return None
+        return self._declared
+
+    async def _list(self) -> bool:
+        """List the tools once for every concurrent caller: a caller must never read a half-filled table (it
+        would take a read-only tool for an unknown one). False when the listing failed."""
+        async with self._listing:
+            if self._read_only is not None and self._declared is not None:
+                return True
+            try:
+                tools = await self._list_tools()
+            except Exception:
+                logger.warning("could not list tools to read their annotations", exc_info=True)
+                return False
+            key = self._cache.meta_key
+            self._read_only = {
+                tool.name: tool.annotations.read_only_hint if tool.annotations is not None else None for tool in tools
+            }
+            self._declared = {tool.name: tool.meta[key] for tool in tools if tool.meta and key in tool.meta}
+            return True
 
     async def _list_tools(self) -> list[mt.Tool]:
         tools: list[mt.Tool] = []

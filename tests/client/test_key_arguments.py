@@ -71,7 +71,8 @@ def test_the_declaration_round_trips() -> None:
     assert block == {"ttlMs": 5000, "cacheScope": "private", "keyArguments": ["cell", "path"]}
     assert policy_from_block(block).key_rule == KeyArguments.keep(["path", "cell"])
     assert key_arguments_of(block) == KeyArguments.keep(["cell", "path"])
-    assert key_arguments_of({"ttlMs": 5}) is None and key_arguments_of("not a block") is None
+    assert key_arguments_of({"ttlMs": 5}) is None
+    assert key_arguments_of("not a block") is None
     with pytest.raises(ValueError, match="not both"):
         CachePolicy(key_arguments=("a",), ignore_arguments=("b",))
     with pytest.raises(TypeError):
@@ -179,7 +180,8 @@ async def test_a_malformed_declaration_keys_on_every_argument_with_a_warning(cap
             await conn.call("read_doc", {"path": "a.txt", "request_id": "r1"})
             assert (await conn.call("read_doc", {"path": "a.txt", "request_id": "r2"})).outcome.status == "fresh_hit"
     warned = [r.getMessage() for r in caplog.records if "read_bad" in r.getMessage()]
-    assert len(warned) == 1 and "keyed on every argument" in warned[0], warned
+    assert len(warned) == 1, warned
+    assert "keyed on every argument" in warned[0]
 
 
 async def test_an_invalidation_by_the_full_arguments_reaches_the_projected_entry() -> None:

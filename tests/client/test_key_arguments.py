@@ -10,19 +10,21 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import anyio
 import pytest
 from fixture_servers.keyed import KeyedState, build_keyed
+from mcp.server.mcpserver import MCPServer
 from stores.backends import Backend, clock_of
 from support.transports import LEGACY, MODERN, ServerTarget, http_servers
 
 from mcpcache.client import ToolCache
 from mcpcache.client.keys import CallIdentity
 from mcpcache.key_arguments import KeyArguments, MalformedKeyArguments, key_arguments_of
-from mcpcache.server import CachePolicy, DeclarationError, cache_meta
+from mcpcache.server import CachePolicy, DeclarationError, RevalidationExtension, ToolPolicies, cache_meta
 from mcpcache.server.policies import policy_from_block
 from mcpcache.stores import MemoryStore, Store
 
@@ -267,3 +269,39 @@ async def test_over_http_the_server_finds_the_delta_base_across_a_volatile_argum
         again = await conn.call("read_doc", {"path": path, "request_id": "r2"})
         assert (fresh.outcome.status, again.outcome.status) == ("miss", "fresh_hit")
         assert await runs(conn, "read_doc", path) == 1
+
+
+# The MCP SDK's server: declared by name, its own keys (validator tags, delta history) on the projection --
+
+
+def sdk_server(runs: Counter[str], validated: list[dict[str, Any]]) -> MCPServer:
+    def version(arguments: Mapping[str, Any]) -> str:
+        validated.append(dict(arguments))  # the validator still sees every argument
+        return "v1"
+
+    policies = ToolPolicies(
+        {"read": CachePolicy(ttl_ms=0, ignore_arguments=("request_id",), validator=version, kind="doc")}
+    )
+    server = MCPServer("keyed-sdk", extensions=[RevalidationExtension(policies)])
+
+    def read(path: str, request_id: str = "") -> dict[str, Any]:
+        runs[path] += 1
+        return {"kind": "doc", "path": path, "text": "the text of " + path}
+
+    server.add_tool(read)
+    return server
+
+
+@pytest.mark.parametrize("view_kind", VIEW_KINDS)
+async def test_an_sdk_server_tags_by_the_projection(view_kind: ViewKind) -> None:
+    runs: Counter[str] = Counter()
+    validated: list[dict[str, Any]] = []
+    # The SDK lists no declarations: the client is told per tool (the override) what the server keys by.
+    cache = ToolCache(MemoryStore(), ignore_arguments={"read": ["request_id"]})
+    async with connect(view_kind, ServerTarget.memory(sdk_server(runs, validated)), MODERN, cache) as conn:
+        first = await conn.call("read", {"path": "a", "request_id": "r1"})
+        again = await conn.call("read", {"path": "a", "request_id": "r2"})
+        assert (first.outcome.status, again.outcome.status) == ("miss", "revalidated")
+        # The validator's tag is the same for both calls, so the second skipped the body.
+        assert runs["a"] == 1
+        assert validated[-1] == {"path": "a", "request_id": "r2"}

@@ -181,6 +181,10 @@ class ToolCache(StaleServing, Managing):
         the caller or anything it hands the result to. The SDK's models are mutable, so nothing enforces
         it: a change is served to every later caller of this cache in this process until the entry is
         replaced or evicted (the store's copy is not affected).
+    key_arguments, ignore_arguments: per tool, the arguments that alone name its answer, or those that never
+        change it (a request id): calls differing only in the others share one entry and one request
+        (docs/client.md, "Key arguments"). They win over what a server declares in `tools/list`, which is
+        believed only when `trusted`. Naming an argument that does change the answer serves wrong answers.
     """
 
     def __init__(
@@ -350,7 +354,9 @@ class ToolCache(StaleServing, Managing):
             raise ValueError(f"cache mode must be one of {CACHE_MODES}, got {mode!r}")
         args = dict(arguments or {})
         user_meta = dict(meta) if meta else None
-        rule = await self._key_rules.rule(conn, name) if mode != "bypass" else None
+        rules = self._key_rules
+        # Only a trusted server's declarations are awaited (listed once per server); the rest is a dict read.
+        rule = await rules.rule(conn, name) if rules.trusted and mode != "bypass" else rules.own.get(name)
         identity = KeyRules.identity(rule, conn.server_id, self.partition, conn.era, name, args, variant)
         try:
             key = identity.key("private")

@@ -229,7 +229,7 @@ class ToolCache(StaleServing, Managing):
         self.keep_private = keep_private
         self.trusted = trusted
         self.meta_key = meta_key
-        self._key_rules = KeyRules(overrides(key_arguments, ignore_arguments), trusted=trusted, meta_key=meta_key)
+        self._key_rules = KeyRules(overrides(key_arguments, ignore_arguments), trusted=trusted)
         self.keep_stale_s = keep_stale_s
         if not isinstance(deltas, bool):
             raise TypeError("deltas must be True or False")

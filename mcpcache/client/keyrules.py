@@ -44,10 +44,9 @@ def overrides(
 class KeyRules:
     """The rule each tool's calls are keyed by, for one `ToolCache`."""
 
-    def __init__(self, own: Mapping[str, KeyArguments], *, trusted: bool, meta_key: str) -> None:
+    def __init__(self, own: Mapping[str, KeyArguments], *, trusted: bool) -> None:
         self.own = dict(own)
         self.trusted = trusted
-        self.meta_key = meta_key
         self._declared: dict[str, dict[str, KeyArguments]] = {}
         """By server id: the rules its `tools/list` declared, by tool (only readable, non-trivial ones)."""
         self._warned: set[tuple[str, str]] = set()

@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 import pytest
+from fixture_servers import keyed
 from fixture_servers.keyed import KeyedState, build_keyed
 from mcp.server.mcpserver import MCPServer
 from stores.backends import Backend, clock_of
@@ -32,7 +33,7 @@ from .harness import VIEW_KINDS, Conn, ViewKind, connect, plain
 
 pytestmark = pytest.mark.anyio
 
-KEYED_SCRIPT = __import__("fixture_servers.keyed", fromlist=["__file__"]).__file__
+KEYED_SCRIPT = keyed.__file__
 
 
 # The projection and the declaration ----------------------------------------------------------------

@@ -57,7 +57,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TextIO
@@ -401,6 +401,9 @@ class _StubConnection:
 
     async def idempotent(self, name: str) -> bool | None:
         return True
+
+    async def declarations(self) -> Mapping[str, Any] | None:
+        return None
 
 
 async def breakdown(

@@ -31,6 +31,7 @@ import random
 import resource
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -179,6 +180,9 @@ async def run_toolcache(total: int, max_bytes: int) -> dict[str, Any]:
 
         async def idempotent(self, name: str) -> bool | None:
             return True
+
+        async def declarations(self) -> Mapping[str, Any] | None:
+            return None
 
     cache = ToolCache(MemoryStore(StoreLimits(max_bytes=max_bytes)))
     conn = StubConnection()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import replace
 from enum import Enum
 from functools import partial
@@ -43,6 +43,7 @@ from mcpcache.client.fence import (
     FencedStore,
 )
 from mcpcache.client.flights import Flights
+from mcpcache.client.keyrules import KeyRules, overrides
 from mcpcache.client.keys import Arm, CallIdentity, readable_server
 from mcpcache.client.managing import Managing, remember
 from mcpcache.client.outcomes import CacheStats, CallOutcome, Status
@@ -184,6 +185,10 @@ class ToolCache(StaleServing, Managing):
         the caller or anything it hands the result to. The SDK's models are mutable, so nothing enforces
         it: a change is served to every later caller of this cache in this process until the entry is
         replaced or evicted (the store's copy is not affected).
+    key_arguments, ignore_arguments: per tool, the arguments that alone name its answer, or those that never
+        change it (a request id): calls differing only in the others share one entry and one request
+        (docs/client.md, "Key arguments"). They win over what a server declares in `tools/list`, which is
+        believed only when `trusted`. Naming an argument that does change the answer serves wrong answers.
     """
 
     def __init__(
@@ -205,6 +210,8 @@ class ToolCache(StaleServing, Managing):
         serve_stale: bool = True,
         background_revalidations: int = DEFAULT_BACKGROUND_REVALIDATIONS,
         read_only_views: bool = False,
+        key_arguments: Mapping[str, Iterable[str]] | None = None,
+        ignore_arguments: Mapping[str, Iterable[str]] | None = None,
         clock: Clock = time.time,
     ) -> None:
         if not isinstance(partition, str):
@@ -226,6 +233,7 @@ class ToolCache(StaleServing, Managing):
         self.keep_private = keep_private
         self.trusted = trusted
         self.meta_key = meta_key
+        self._key_rules = KeyRules(overrides(key_arguments, ignore_arguments), trusted=trusted)
         self.keep_stale_s = keep_stale_s
         if not isinstance(deltas, bool):
             raise TypeError("deltas must be True or False")
@@ -264,8 +272,10 @@ class ToolCache(StaleServing, Managing):
         self.stats.store_failures += 1
 
     def forget_validations(self) -> None:
-        """Check stored answers again before serving them (the wrappers call it when tools change)."""
+        """Check stored answers again before serving them, and read the tools' key arguments again (the
+        wrappers call it when tools change)."""
         self._validated.clear()
+        self._key_rules.forget()
 
     @overload
     def wrap(self, client: MCPClient, *, server_id: str | None = None) -> CachedMCPClient: ...
@@ -348,7 +358,10 @@ class ToolCache(StaleServing, Managing):
             raise ValueError(f"cache mode must be one of {CACHE_MODES}, got {mode!r}")
         args = dict(arguments or {})
         user_meta = dict(meta) if meta else None
-        identity = CallIdentity(conn.server_id, self.partition, conn.era, name, args, variant)
+        rules = self._key_rules
+        # Only a trusted server's declarations are awaited (listed once per server); the rest is a dict read.
+        rule = await rules.rule(conn, name) if rules.trusted and mode != "bypass" else rules.own.get(name)
+        identity = KeyRules.identity(rule, conn.server_id, self.partition, conn.era, name, args, variant)
         try:
             key = identity.key("private")
         except CanonicalizationError as exc:
@@ -601,7 +614,7 @@ class ToolCache(StaleServing, Managing):
         looked: _Looked,
         timeout_s: float | None,
     ) -> tuple[CallToolResult, CallOutcome]:
-        name, args = identity.tool, dict(identity.arguments)
+        name, args = identity.tool, dict(identity.sent_arguments)
         found = looked.found
         lookup = looked.decision
         reason = lookup.reason

@@ -47,6 +47,10 @@ class Connection(Protocol):
     async def idempotent(self, name: str) -> bool | None:
         """The tool's idempotentHint, as the server announced it (None: unknown)."""
 
+    async def declarations(self) -> Mapping[str, Any] | None:
+        """Each tool's cache declaration in the server's `tools/list` (the object under the cache key), by
+        tool name; None when they could not be listed. Asked only of a trusted server (`KeyRules`)."""
+
 
 class ViewCache(Protocol):
     """What a caching view asks of its cache (`ToolCache` is the one implementation)."""

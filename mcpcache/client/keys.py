@@ -13,7 +13,7 @@ import hashlib
 import json
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
@@ -38,6 +38,16 @@ class CallIdentity:
     arguments: Mapping[str, Any]
     variant: str = ""
     """Anything else the caller sent that selects a different answer (e.g. FastMCP's tool `version`)."""
+    projection: str = ""
+    """The rule `arguments` were projected by (`KeyArguments.label`; "": every argument the call sent): part of
+    every key but the call's mark, so entries keyed by a projection never meet those keyed on every argument."""
+    sent: Mapping[str, Any] | None = field(default=None, compare=False)
+    """Every argument the call sends, when `arguments` is a projection of them (None: `arguments` are all)."""
+
+    @property
+    def sent_arguments(self) -> Mapping[str, Any]:
+        """What the call sends to the server: every argument, whatever names its answer."""
+        return self.sent if self.sent is not None else self.arguments
 
     @functools.cached_property
     def _canonical_arguments(self) -> bytes:
@@ -70,7 +80,7 @@ class CallIdentity:
                 triples.append((name, kind, value))
             else:
                 triples.sort(key=_first)
-                memo = (self.server, self.partition, self.era, self.tool, self.variant, tuple(triples))
+                memo = (self.server, self.partition, self.era, self.tool, self.variant, self.projection, tuple(triples))
         self.__dict__["_memo"] = memo  # a frozen dataclass: set as cached_property sets its value
         return memo
 
@@ -86,7 +96,10 @@ class CallIdentity:
             return known
         partition = None if arm == "public" and share_public else self.partition
         # Strings (and one None) only: their JSON is already canonical and holds no NaN to look for.
-        head = orjson.dumps([arm, self.server, partition, self.era, self.tool, self.variant])
+        fields = [arm, self.server, partition, self.era, self.tool, self.variant]
+        if self.projection:  # absent otherwise, so the keys of every call without one stay as they were
+            fields.append(self.projection)
+        head = orjson.dumps(fields)
         digest = hashlib.sha256(head)
         digest.update(b"\x00")
         digest.update(self.canonical_arguments())

@@ -16,6 +16,7 @@ from cachetools import LRUCache
 from mcpcache.client.background import Deferred
 from mcpcache.client.entries import TOOLS_GROUP, mark_item
 from mcpcache.client.fence import FencedStore
+from mcpcache.client.keyrules import KeyRules
 from mcpcache.client.keys import CallIdentity, readable_server
 from mcpcache.client.tier import DecodedTier
 from mcpcache.etag import CanonicalizationError
@@ -55,6 +56,7 @@ class Managing:
     _invalidated: dict[str, float]
     _cleared_at: float | None
     _variants: dict[tuple[str, str, str], None]
+    _key_rules: KeyRules
 
     async def invalidate(
         self, tool: str | None = None, arguments: Mapping[str, Any] | None = None, *, server_id: str
@@ -85,11 +87,21 @@ class Managing:
             except Exception:
                 logger.warning("could not remove the entries of %s from the store", server_id, exc_info=True)
             return
-        identity = CallIdentity(server_id, self.partition, "", tool, dict(arguments or {}))
-        try:
-            call_mark = identity.call_mark_key()
-        except CanonicalizationError:
-            return  # arguments with no canonical form: such a call is never cached
+        args = dict(arguments or {})
+        # The call as this cache keys it (its key arguments, when known: the override, or what a trusted
+        # server declared), and as a cache that keys it on every argument does.
+        rule = self._key_rules.known(server_id, tool)
+        shapes = [KeyRules.identity(None, server_id, self.partition, "", tool, args, "")]
+        if rule is not None and not rule.trivial:
+            shapes.append(KeyRules.identity(rule, server_id, self.partition, "", tool, args, ""))
+        for identity in shapes:
+            try:
+                call_mark = identity.call_mark_key()
+            except CanonicalizationError:
+                return  # arguments with no canonical form: such a call is never cached
+            await self._invalidate_call(identity, call_mark)
+
+    async def _invalidate_call(self, identity: CallIdentity, call_mark: str) -> None:
         now = self.clock()
         # Recorded here as well as in the store, as `end_freshness` does, and before anything is removed: from
         # this moment no lookup in this process takes what the call stored, or a flight sent before, as fresh.
@@ -97,8 +109,16 @@ class Managing:
         self._tier.discard_if(lambda held: held.call == call_mark)
         await self._store.save_persistently(call_mark, mark_item(now))
         for server, era, variant in list(self._variants.keys()):
-            if server == server_id:
-                named = CallIdentity(server_id, self.partition, era, tool, identity.arguments, variant)
+            if server == identity.server:
+                named = CallIdentity(
+                    identity.server,
+                    self.partition,
+                    era,
+                    identity.tool,
+                    identity.arguments,
+                    variant,
+                    identity.projection,
+                )
                 for key in self._keys(named):
                     await self._remove(key)
 

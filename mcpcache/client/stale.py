@@ -33,6 +33,7 @@ import mcp_types as mt
 from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp_types import CallToolResult
 
+from mcpcache.client.keyrules import KeyRules
 from mcpcache.client.keys import CallIdentity
 from mcpcache.client.outcomes import CacheStats, CallOutcome
 from mcpcache.client.policy import CacheMode, NotStale, ServeFresh, ServeStale, decide_stale
@@ -167,6 +168,7 @@ class StaleServing:
     partition: str
     serve_stale: bool
     _background: Background
+    _key_rules: KeyRules
 
     if TYPE_CHECKING:
         # The driver's steps, as `mcpcache.client.cache` defines them. What a lookup returns (`_Looked`: the
@@ -276,7 +278,9 @@ class StaleServing:
         failure = server_failure(exc)
         if failure is None or mode != "use" or not self.serve_stale:
             return None
-        identity = CallIdentity(conn.server_id, self.partition, conn.era, name, dict(arguments or {}), variant)
+        rule = self._key_rules.known(conn.server_id, name)
+        args = dict(arguments or {})
+        identity = KeyRules.identity(rule, conn.server_id, self.partition, conn.era, name, args, variant)
         try:
             key = identity.key("private")
         except CanonicalizationError:

@@ -142,6 +142,9 @@ class _SessionConnection:
     async def idempotent(self, name: str) -> bool | None:
         return await self._view.idempotent(name)
 
+    async def declarations(self) -> Mapping[str, Any] | None:
+        return await self._view.declarations()
+
 
 class _SessionHook:
     """What one session's change notifications reach: each (cache, server) that wrapped the session, once.
@@ -178,6 +181,7 @@ class _SessionHook:
         if isinstance(message, mt.ToolListChangedNotification):
             for view in list(self._views):
                 view._annotations = None  # the annotations may have changed with the list
+                view._declared = None
             for cache, _ in list(self._targets.values()):
                 cache.forget_validations()  # and the output schemas stored answers were checked against
         if isinstance(message, _FRESHNESS_ENDING):
@@ -197,6 +201,7 @@ class _CachedView:
         self._wrapped = wrapped
         self._server_id = server_id
         self._annotations: dict[str, mt.ToolAnnotations | None] | None = None
+        self._declared: dict[str, Any] | None = None
         self._listing = anyio.Lock()
         self._hooked: ClientSession | None = None
         self.last_outcome: CallOutcome | None = None
@@ -250,19 +255,32 @@ class _CachedView:
         annotations = await self._annotations_of(name)
         return annotations.idempotent_hint if annotations is not None else None
 
+    async def declarations(self) -> Mapping[str, Any] | None:
+        """Each tool's cache declaration in `tools/list`, by name (None: the tools could not be listed)."""
+        if self._declared is None and not await self._list():
+            return None
+        return self._declared
+
     async def _annotations_of(self, name: str) -> mt.ToolAnnotations | None:
-        if self._annotations is None:
-            # One listing for every concurrent caller: a caller must never read a half-filled table (it would
-            # take a read-only tool for an unknown one).
-            async with self._listing:
-                if self._annotations is None:
-                    try:
-                        tools = await self._list_tools()
-                    except Exception:
-                        logger.warning("could not list tools to read their annotations", exc_info=True)
-                        return None
-                    self._annotations = {tool.name: tool.annotations for tool in tools}
-        return self._annotations.get(name)
+        if self._annotations is None and not await self._list():
+            return None
+        return self._annotations.get(name) if self._annotations is not None else None
+
+    async def _list(self) -> bool:
+        """List the tools once for every concurrent caller: a caller must never read a half-filled table (it
+        would take a read-only tool for an unknown one). False when the listing failed."""
+        async with self._listing:
+            if self._annotations is not None and self._declared is not None:
+                return True
+            try:
+                tools = await self._list_tools()
+            except Exception:
+                logger.warning("could not list tools to read their annotations", exc_info=True)
+                return False
+            key = self._cache.meta_key
+            self._annotations = {tool.name: tool.annotations for tool in tools}
+            self._declared = {tool.name: tool.meta[key] for tool in tools if tool.meta and key in tool.meta}
+            return True
 
     async def _list_tools(self) -> list[mt.Tool]:
         tools: list[mt.Tool] = []

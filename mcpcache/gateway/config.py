@@ -22,6 +22,7 @@ from pydantic_core import ErrorDetails
 
 from mcpcache.client.policy import DEFAULT_MAX_ANSWER_BYTES
 from mcpcache.gateway.toml_lines import TomlLines
+from mcpcache.key_arguments import KeyArguments
 from mcpcache.protocol import MAX_TTL_MS, META_KEY, Scope
 from mcpcache.server.history import DEFAULT_HISTORY_BYTES
 
@@ -78,6 +79,32 @@ class ToolSettings(_Strict):
     stale_if_error_ms: int | None = Field(default=None, ge=0, le=MAX_TTL_MS, strict=True)
     """How long after freshness ends a caller's cache may serve the answer when the gateway cannot answer
     (unreachable, timing out, a JSON-RPC error). None: what the upstream's own cache block says, else none."""
+    key_arguments: list[str] | None = None
+    """The top-level arguments that name the answer (others, a request id say, never change it): the gateway's
+    keys use only these, and its tools/list declares them (`keyArguments`) to callers. None: every argument."""
+    ignore_arguments: list[str] | None = None
+    """The top-level arguments that never change the answer (`ignoreArguments`); the other way of saying it."""
+
+    @field_validator("key_arguments", "ignore_arguments")
+    @classmethod
+    def _argument_names(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and any(not name for name in value):
+            raise ValueError("argument names must not be empty")
+        return value
+
+    @model_validator(mode="after")
+    def _one_key_rule(self) -> ToolSettings:
+        if self.key_arguments is not None and self.ignore_arguments is not None:
+            raise ValueError("give key_arguments or ignore_arguments, not both")
+        return self
+
+    def key_rule(self) -> KeyArguments | None:
+        """Which arguments name the answer; None: every argument."""
+        if self.key_arguments is not None:
+            return KeyArguments.keep(self.key_arguments)
+        if self.ignore_arguments:
+            return KeyArguments.drop(self.ignore_arguments)
+        return None
 
 
 class UpstreamSettings(_Strict):

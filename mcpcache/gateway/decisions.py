@@ -16,14 +16,16 @@ server for its callers.
 
 from __future__ import annotations
 
+import functools
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import orjson
 
 from mcpcache.gateway.config import ToolSettings
+from mcpcache.key_arguments import IGNORE_ARGUMENTS_FIELD, KEY_ARGUMENTS_FIELD, KeyArguments
 from mcpcache.protocol import CacheBlock, Scope, unconfirmed
 from mcpcache.server.policies import CachePolicy
 
@@ -58,6 +60,28 @@ class Route:
     settings: ToolSettings
     era: str | None = None
     """The protocol era in store keys; None: the caller's (an upstream that speaks each caller's era)."""
+
+    @functools.cached_property
+    def key_rule(self) -> KeyArguments | None:
+        """Which arguments name the answer, as the configuration says (None: every argument)."""
+        return self.settings.key_rule()
+
+    def keyed(self, arguments: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The arguments the gateway's own keys (front tier, delta history) are computed over."""
+        rule = self.key_rule
+        return dict(arguments or {}) if rule is None else rule.project(arguments or {})
+
+    def declared(self, block: object) -> object:
+        """The tool's cache declaration as callers see it in `tools/list`: the upstream's (`block`), with the
+        configuration's key arguments in place of any it names; as it was when the configuration names none."""
+        rule = self.key_rule
+        if rule is None:
+            return block
+        if isinstance(block, Mapping):
+            base = {k: v for k, v in block.items() if k not in (KEY_ARGUMENTS_FIELD, IGNORE_ARGUMENTS_FIELD)}
+        else:
+            base = {"ttlMs": self.settings.ttl_ms or 0, "cacheScope": self.settings.scope}
+        return {**base, **rule.block()}
 
 
 # What an upstream answer becomes ------------------------------------------------------------------

@@ -77,7 +77,7 @@ class GatewayDeltas:
         if owner is None:
             return None
         try:
-            canonical = canonical_json(dict(arguments or {}))
+            canonical = canonical_json(route.keyed(arguments))
         except CanonicalizationError:
             return None
         return CallKey(owner, route.server_id, era, route.tool, canonical)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, assert_never
 
@@ -36,7 +36,7 @@ from cachetools import LRUCache
 from fastmcp.server.auth import AccessToken
 from fastmcp.server.dependencies import FastMCPRequestContext, fastmcp_request_ctx, get_access_token
 from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
-from fastmcp.tools.base import RawStructuredToolResult, ToolResult
+from fastmcp.tools.base import RawStructuredToolResult, Tool, ToolResult
 
 from mcpcache.client.cache import ToolCache
 from mcpcache.client.policy import DEFAULT_MAX_ANSWER_BYTES, reply_block
@@ -376,8 +376,9 @@ class _UpstreamConnection:
 
     timeout_s: float | None = None
 
-    def __init__(self, leg: _Leg, era: str, requested: str | None, meta_key: str) -> None:
+    def __init__(self, leg: _Leg, era: str, requested: str | None, meta_key: str, declared: Mapping[str, Any]) -> None:
         self.leg = leg
+        self._declared = declared
         self.server_id = leg.route.server_id
         self.era = era
         self.requested = requested
@@ -419,6 +420,11 @@ class _UpstreamConnection:
     async def idempotent(self, name: str) -> bool | None:
         return True  # a read
 
+    async def declarations(self) -> Mapping[str, Any] | None:
+        # The configuration's key arguments for this upstream's tools (by the upstream's names, which the
+        # partition caches call them by); the upstream's own declarations are not what the gateway keys on.
+        return self._declared
+
 
 class GatewayMiddleware(Middleware):
     """Stamps, revalidates and serves the declared tools of the gateway's upstreams (module docstring)."""
@@ -438,6 +444,33 @@ class GatewayMiddleware(Middleware):
         self.partition_by: PartitionBy = partition_by
         self.meta_key = meta_key
         self.deltas = deltas if caches is not None else None
+        self._declared: dict[str, dict[str, Any]] = {}
+        """By upstream identity, the key arguments its routes declare, by the upstream's tool name."""
+        for route in self.routes.values():
+            if route.key_rule is not None:
+                self._declared.setdefault(route.server_id, {})[route.tool] = route.key_rule.block()
+
+    async def on_list_tools(
+        self,
+        context: MiddlewareContext[mt.ListToolsRequest],
+        call_next: CallNext[mt.ListToolsRequest, Sequence[Tool]],
+    ) -> Sequence[Tool]:
+        """The declared tools' key arguments, in the cache declaration callers read (the configuration's, in
+        place of any the upstream lists); every other tool as the upstream listed it."""
+        tools = await call_next(context)
+        if not self._declared:
+            return tools
+        listed: list[Tool] = []
+        for tool in tools:
+            route = self.routes.get(tool.name)
+            if route is None or route.key_rule is None:
+                listed.append(tool)
+                continue
+            meta = dict(tool.meta or {})
+            meta[self.meta_key] = route.declared(meta.get(self.meta_key))
+            # A copy: the listed tool object is FastMCP's (its proxy's) and must not change.
+            listed.append(tool.model_copy(update={"meta": meta}))
+        return listed
 
     async def on_call_tool(
         self,
@@ -471,13 +504,14 @@ class GatewayMiddleware(Middleware):
         requested = conditions.etag
         arguments = leg.context.message.arguments
         front = caches.front
-        key = front_key(partition, route.server_id, era, route.tool, arguments) if front is not None else None
+        keyed = route.keyed(arguments)
+        key = front_key(partition, route.server_id, era, route.tool, keyed) if front is not None else None
         if front is not None and key is not None:
             held = front.get(key, caches.clock())
             if isinstance(held, FrontHit):
                 logger.debug("tool %r: front: fresh_hit (%s)", route.public_name, held.reason)
                 return await self._from_store(leg, partition, era, conditions, held.result, held.fresh_for_ms)
-        conn = _UpstreamConnection(leg, era, requested, self.meta_key)
+        conn = _UpstreamConnection(leg, era, requested, self.meta_key, self._declared.get(route.server_id, {}))
         try:
             result, outcome = await caches.get(partition).execute(conn, route.tool, arguments)
         except _NotAToolAnswer as other:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import mcp_types as mt
@@ -104,6 +104,9 @@ class UpstreamCall:
 
     async def idempotent(self, name: str) -> bool | None:
         return await self._link.idempotent(name)
+
+    async def declarations(self) -> Mapping[str, Any] | None:
+        return await self._link.declarations()
 
 
 class UpstreamCaller:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import mcp_types as mt
@@ -91,4 +92,8 @@ class UpstreamLink:
 
     async def idempotent(self, name: str) -> bool | None:
         value: bool | None = await self.view.idempotent(name)
+        return value
+
+    async def declarations(self) -> Mapping[str, Any] | None:
+        value: Mapping[str, Any] | None = await self.view.declarations()
         return value

@@ -9,10 +9,17 @@ FastMCP users who prefer one mapping. Tools that are not declared are left exact
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from mcpcache.key_arguments import (
+    IGNORE_ARGUMENTS_FIELD,
+    KEY_ARGUMENTS_FIELD,
+    KeyArguments,
+    MalformedKeyArguments,
+    key_arguments_of,
+)
 from mcpcache.protocol import MAX_TTL_MS, META_KEY, STALE_IF_ERROR_KEY, STALE_WHILE_REVALIDATE_KEY, Scope
 
 Validator = Callable[[Mapping[str, Any]], Any | Awaitable[Any]]
@@ -38,6 +45,12 @@ class CachePolicy:
         while it revalidates in the background (docs/server.md, "Serving stale"). 0: never.
     stale_if_error_ms: how long after freshness ends a client may serve the stored answer when this server
         cannot be reached, times out or answers a JSON-RPC error. 0: never.
+    key_arguments: the top-level arguments that name the answer, when others (a request id, a timestamp)
+        never change it (docs/server.md, "Key arguments"); None: every argument does. Declared in
+        `tools/list` as `keyArguments`; the server's own keys (the delta history, validator tags) use it.
+    ignore_arguments: the top-level arguments that never change the answer (`ignoreArguments`); the other
+        way of saying the same thing. Give one of the two at most. Naming an argument that does change the
+        answer makes every cache that trusts the declaration serve wrong answers.
     """
 
     ttl_ms: int = 0
@@ -48,6 +61,9 @@ class CachePolicy:
     deltas: bool = True
     stale_while_revalidate_ms: int = 0
     stale_if_error_ms: int = 0
+    key_arguments: tuple[str, ...] | None = None
+    ignore_arguments: tuple[str, ...] = ()
+    _key_rule: KeyArguments | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("ttl_ms", "stale_while_revalidate_ms", "stale_if_error_ms"):
@@ -66,6 +82,30 @@ class CachePolicy:
             raise ValueError("a validator only serves tags; it makes no sense with etag=False")
         if not isinstance(self.deltas, bool):
             raise TypeError("deltas must be True or False")
+        if isinstance(self.key_arguments, str) or isinstance(self.ignore_arguments, str):
+            raise TypeError("key_arguments and ignore_arguments are lists of argument names, not a string")
+        if self.key_arguments is not None:
+            object.__setattr__(self, "key_arguments", tuple(sorted(set(self.key_arguments))))
+        object.__setattr__(self, "ignore_arguments", tuple(sorted(set(self.ignore_arguments))))
+        # Built (and so checked) now: a bad declaration raises where it is written, and calls read it ready.
+        rule: KeyArguments | None = None
+        if self.key_arguments is not None:
+            if self.ignore_arguments:
+                raise ValueError("give key_arguments or ignore_arguments, not both")
+            rule = KeyArguments.keep(self.key_arguments)
+        elif self.ignore_arguments:
+            rule = KeyArguments.drop(self.ignore_arguments)
+        object.__setattr__(self, "_key_rule", rule)
+
+    @property
+    def key_rule(self) -> KeyArguments | None:
+        """Which arguments name the answer; None: every argument."""
+        return self._key_rule
+
+    def keyed(self, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The arguments that name the answer (all of them, unless the declaration says otherwise)."""
+        rule = self._key_rule
+        return arguments if rule is None else rule.project(arguments)
 
     def declaration_block(self) -> dict[str, Any]:
         """The wire form of this declaration: what a tool's `meta` and its `tools/list` entry carry under
@@ -81,6 +121,9 @@ class CachePolicy:
             block[STALE_WHILE_REVALIDATE_KEY] = self.stale_while_revalidate_ms
         if self.stale_if_error_ms:
             block[STALE_IF_ERROR_KEY] = self.stale_if_error_ms
+        rule = self.key_rule
+        if rule is not None:
+            block.update(rule.block())
         return block
 
 
@@ -102,6 +145,9 @@ def policy_from_block(block: object) -> CachePolicy:
     deltas = block.get("deltas", True)
     if deltas not in (True, False):
         raise DeclarationError(f"deltas must be false (or absent), not {deltas!r}")
+    rule = key_arguments_of(block)
+    if isinstance(rule, MalformedKeyArguments):
+        raise DeclarationError(rule.reason)
     try:
         return CachePolicy(
             ttl_ms=block.get("ttlMs", 0),
@@ -111,12 +157,24 @@ def policy_from_block(block: object) -> CachePolicy:
             deltas=deltas,
             stale_while_revalidate_ms=block.get(STALE_WHILE_REVALIDATE_KEY, 0),
             stale_if_error_ms=block.get(STALE_IF_ERROR_KEY, 0),
+            key_arguments=tuple(rule.only) if rule is not None and rule.only is not None else None,
+            ignore_arguments=tuple(rule.ignore) if rule is not None else (),
         )
     except (TypeError, ValueError) as exc:
         raise DeclarationError(str(exc)) from None
 
 
-_BLOCK_FIELDS = ("ttlMs", "cacheScope", "kind", "etag", "deltas", STALE_WHILE_REVALIDATE_KEY, STALE_IF_ERROR_KEY)
+_BLOCK_FIELDS = (
+    "ttlMs",
+    "cacheScope",
+    "kind",
+    "etag",
+    "deltas",
+    STALE_WHILE_REVALIDATE_KEY,
+    STALE_IF_ERROR_KEY,
+    KEY_ARGUMENTS_FIELD,
+    IGNORE_ARGUMENTS_FIELD,
+)
 
 
 def cache_meta(
@@ -128,13 +186,16 @@ def cache_meta(
     deltas: bool = True,
     stale_while_revalidate_ms: int = 0,
     stale_if_error_ms: int = 0,
+    key_arguments: Sequence[str] | None = None,
+    ignore_arguments: Sequence[str] = (),
     meta_key: str = META_KEY,
 ) -> dict[str, Any]:
     """The tool `meta` that declares a tool cacheable, for `@mcp.tool(meta=cache_meta(ttl_ms=5000))`.
 
     Checked now (a bad value raises here, at declaration time), and merged with other meta with `|`.
     The validator, being code, is handed to the adapter instead (`install(..., validators={...})`).
-    The stale windows are `CachePolicy`'s (docs/server.md, "Serving stale").
+    The stale windows are `CachePolicy`'s (docs/server.md, "Serving stale"), and so are `key_arguments` and
+    `ignore_arguments` (docs/server.md, "Key arguments").
     """
     policy = CachePolicy(
         ttl_ms=ttl_ms,
@@ -144,6 +205,8 @@ def cache_meta(
         deltas=deltas,
         stale_while_revalidate_ms=stale_while_revalidate_ms,
         stale_if_error_ms=stale_if_error_ms,
+        key_arguments=None if key_arguments is None else tuple(key_arguments),
+        ignore_arguments=tuple(ignore_arguments),
     )
     return {meta_key: policy.declaration_block()}
 
@@ -176,6 +239,8 @@ class ToolPolicies:
         deltas: bool = True,
         stale_while_revalidate_ms: int = 0,
         stale_if_error_ms: int = 0,
+        key_arguments: Sequence[str] | None = None,
+        ignore_arguments: Sequence[str] = (),
     ) -> Callable[[F], F]:
         """Decorator form of `declare`; put it below `@mcp.tool(...)` and give `name=` if the tool is renamed.
 
@@ -190,6 +255,8 @@ class ToolPolicies:
             deltas=deltas,
             stale_while_revalidate_ms=stale_while_revalidate_ms,
             stale_if_error_ms=stale_if_error_ms,
+            key_arguments=None if key_arguments is None else tuple(key_arguments),
+            ignore_arguments=tuple(ignore_arguments),
         )
 
         def register(fn: F) -> F:

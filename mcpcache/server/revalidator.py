@@ -329,7 +329,8 @@ class Revalidator:
         if version is None:
             return None
         try:
-            return validator_tag(tool, arguments, version)
+            # Over the arguments that name the answer: a call that differs only in a volatile one gets the tag.
+            return validator_tag(tool, policy.keyed(arguments), version)
         except CanonicalizationError as exc:
             logger.warning("tool %r: validator value has no canonical form (%s)", tool, exc)
             return None
@@ -506,7 +507,8 @@ class Revalidator:
         if partition is None:
             return None
         try:
-            arguments = canonical_json(dict(args))
+            # The arguments that name the answer: a base is found when only a volatile argument differs.
+            arguments = canonical_json(dict(policy.keyed(args)))
         except CanonicalizationError:
             return None
         return HistoryKey(partition, call.tool, arguments)

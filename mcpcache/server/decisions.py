@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+from mcp_types import TextContent
 from pydantic import BaseModel
 
 from mcpcache.protocol import (
@@ -37,6 +39,7 @@ from mcpcache.protocol import (
 )
 from mcpcache.server.history import PUBLIC, Partition, StructuredInText
 from mcpcache.server.policies import CachePolicy
+from mcpcache.sizes import answer_bytes, bytes_saved, text_json_bytes
 
 __all__ = [
     "AfterBody",
@@ -62,6 +65,7 @@ __all__ = [
     "needs_content_tag",
     "not_modified_kind",
     "plan_delta",
+    "saved_by",
     "validator_matches",
 ]
 
@@ -78,6 +82,27 @@ class Answer:
     structured_content: Any
     is_error: bool
     meta: Mapping[str, Any] | None = None
+
+
+def saved_by(reply: NotModifiedReply | DeltaReply, answer: Answer, meta_key: str = META_KEY) -> int:
+    """The bytes `reply` saved in place of `answer` (`mcpcache.sizes`): the answer as it would have gone,
+    stamped with the reply's block less what makes it a reply (`notModified`, `delta`), less the reply."""
+    return bytes_saved(full_answer_bytes(reply, answer, meta_key), reply_bytes(reply))
+
+
+def full_answer_bytes(reply: NotModifiedReply | DeltaReply, answer: Answer, meta_key: str = META_KEY) -> int:
+    """The length of `answer` as it would have gone in place of `reply`, stamped with `reply`'s block less
+    what makes it a reply."""
+    meta = dict(answer.meta or {})
+    meta[meta_key] = {key: value for key, value in reply.meta[meta_key].items() if key not in _REPLY_ONLY}
+    return answer_bytes(answer.content, answer.structured_content, answer.is_error, meta)
+
+
+def reply_bytes(reply: NotModifiedReply | DeltaReply) -> int:
+    return answer_bytes(reply.content, reply.structured_content, False, reply.meta)
+
+
+_REPLY_ONLY = frozenset({"notModified", "delta"})
 
 
 # Decisions before the body ------------------------------------------------------------------------
@@ -358,6 +383,8 @@ class BelowTagging:
     reason: str = "no tag computed below the adapter"
     size: int | None = None
     """The length of the bytes `tag` was computed from, when the caller says."""
+    saved: int | None = None
+    """On a match, the bytes the reply saved (`saved_by`), when the layer below could measure the answer."""
     converted: bool = False
     """Whether the framework had already converted the answer when `decide` was called."""
     structured_in_text: StructuredInText = None
@@ -383,6 +410,34 @@ class BelowTagging:
             self.reply = after.reply
             return after.reply
         return None
+
+    def measure(self, answer: Answer) -> None:
+        """After a match: the answer that was not sent, as the framework would have sent it."""
+        if self.reply is not None:
+            self.saved = saved_by(self.reply, answer, self.meta_key)
+
+    def measure_text_json(self, tag: str, value: dict[str, Any]) -> None:
+        """After a match: the answer the framework would have made of `value`, a dict of exact JSON types
+        tagged `tag` (one text block holding its compact JSON, the same JSON as structured content, no
+        `_meta` of its own), measured without making it."""
+        if self.reply is None:
+            return
+        doubled = _TEXT_JSON_SIZES.get(tag)
+        if doubled is None:
+            data = orjson.dumps(value)
+            if len(_TEXT_JSON_SIZES) >= _TEXT_JSON_SIZES_KEPT:
+                del _TEXT_JSON_SIZES[next(iter(_TEXT_JSON_SIZES))]  # the oldest first
+            doubled = _TEXT_JSON_SIZES[tag] = len(data) + text_json_bytes(data)
+        # The answer with `{}` for the dict: its bytes, less the placeholder, plus the JSON twice.
+        shell = Answer([TextContent(type="text", text="")], {}, False)
+        full = full_answer_bytes(self.reply, shell, self.meta_key) - 2 + doubled
+        self.saved = bytes_saved(full, reply_bytes(self.reply))
+
+
+_TEXT_JSON_SIZES: dict[str, int] = {}
+_TEXT_JSON_SIZES_KEPT = 4096
+"""By raw tag: the bytes of a dict's JSON written twice, as structured content and escaped as text (the tag
+names the value, so the size of a version matched again is not measured again)."""
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import orjson
 
 from mcpcache import delta
 from mcpcache.canonical import canonical_json
-from mcpcache.etag import CanonicalizationError, answer_digest, content_tag_sized, validator_tag
+from mcpcache.etag import CanonicalizationError, answer_digest, content_tag, validator_tag
 from mcpcache.protocol import (
     META_KEY,
     NO_CONDITIONS,
@@ -55,6 +55,7 @@ from mcpcache.server.decisions import (
     history_partition,
     needs_content_tag,
     plan_delta,
+    saved_by,
     validator_matches,
 )
 from mcpcache.server.deltas import delta_choice
@@ -116,21 +117,21 @@ class NotModified:
     """Send `reply` instead of the answer.
 
     `body_ran`: False when a validator matched and the body never ran. `converted`: False when the tag
-    was computed below the adapter and the answer was never built. `size`: the length of the answer's
-    hashed form (what was not sent), when known.
+    was computed below the adapter and the answer was never built. `saved`: the bytes the reply saved
+    (`mcpcache.sizes`), when the answer was measured (never when the body did not run).
     """
 
     reply: NotModifiedReply
     body_ran: bool
     reason: str
     converted: bool = True
-    size: int | None = None
+    saved: int | None = None
 
 
 @dataclass(frozen=True)
 class DeltaSent:
     """Send `reply` (a delta reply) instead of the answer. `size`: the length of the ops' JSON; `saved`:
-    the answer's size as the history measured it, less `size`."""
+    the bytes the reply saved (`mcpcache.sizes`)."""
 
     reply: DeltaReply
     reason: str
@@ -173,9 +174,9 @@ class ServerStats:
     deltas_sent: int = 0
     """Delta replies sent: the answer changed, and only the change went."""
     bytes_saved: int = 0
-    """The summed size of the answers not sent, where known: for a not-modified reply, the canonical (or
-    raw) bytes its tag was computed from (nothing when the body never ran: the size is not known); for a
-    delta, the answer's size as the history measured it less the delta's."""
+    """The bytes not sent, where known (`mcpcache.sizes`: the full answer less the reply sent in its place,
+    both as the wire carries them), over not-modified and delta replies. A not-modified reply whose body
+    never ran (a validator matched) adds nothing: the answer was never made, so its size is not known."""
 
     def snapshot(self) -> ServerStats:
         """A copy that later calls do not change."""
@@ -334,12 +335,12 @@ class Revalidator:
             logger.warning("tool %r: validator value has no canonical form (%s)", tool, exc)
             return None
 
-    def _answer_tag(self, tool: str, answer: Answer) -> tuple[str | None, int | None]:
+    def _answer_tag(self, tool: str, answer: Answer) -> str | None:
         try:
-            return content_tag_sized(answer.content, answer.structured_content, answer.meta, meta_key=self.meta_key)
+            return content_tag(answer.content, answer.structured_content, answer.meta, meta_key=self.meta_key)
         except CanonicalizationError as exc:
             logger.warning("tool %r: answer has no canonical form (%s); sent without a tag", tool, exc)
-            return None, None
+            return None
 
     def _record_error(self, tool: str, reason: str) -> None:
         self.stats.errors_passed += 1
@@ -350,7 +351,7 @@ class Revalidator:
         """Count the outcome, put it on the current span, and log its reason."""
         stats = self.stats
         kind: telemetry.Outcome
-        size: int | None = None
+        saved: int | None = None
         match outcome:
             case Stamped(delta_declined=declined):
                 stats.stamped += 1
@@ -360,9 +361,8 @@ class Revalidator:
             case DeltaSent(saved=saved):
                 stats.deltas_sent += 1
                 stats.bytes_saved += saved
-                size = saved
                 kind = "delta"
-            case NotModified(body_ran=body_ran, converted=converted, size=size):
+            case NotModified(body_ran=body_ran, converted=converted, saved=saved):
                 stats.not_modified += 1
                 if not body_ran:
                     stats.body_skipped += 1
@@ -372,8 +372,8 @@ class Revalidator:
                     kind = "conversion_skipped"
                 else:
                     kind = "not_modified"
-                if size is not None:
-                    stats.bytes_saved += size
+                if saved is not None:
+                    stats.bytes_saved += saved
             case PassThrough():
                 if is_error:
                     stats.errors_passed += 1
@@ -383,7 +383,7 @@ class Revalidator:
                     kind = "passed_through"
             case _:
                 assert_never(outcome)
-        telemetry.annotate(tool, kind, size)
+        telemetry.annotate(tool, kind, saved)
         logger.debug("tool %r: %s: %s", tool, kind, outcome.reason)
         return outcome
 
@@ -463,7 +463,7 @@ class Revalidator:
                 self._confirmed(call, policy, args, requested)
                 return self._record(
                     tool,
-                    NotModified(below.reply, body_ran=True, reason=reason, converted=below.converted, size=below.size),
+                    NotModified(below.reply, body_ran=True, reason=reason, converted=below.converted, saved=below.saved),
                 )
             logger.debug("tool %r: below the adapter: %s", tool, below.reason)
         read = call.read_answer(result)
@@ -474,14 +474,14 @@ class Revalidator:
         if not answer.is_error:
             self._structured_seen[tool] = answer.structured_content is not None
             self._kind_seen[tool] = answer_kind(answer.structured_content)
-        tag, size = pre_tag, None
+        tag = pre_tag
         facts = _Facts(from_answer=pre_tag is None)
         if needs_content_tag(policy, pre_tag, answer):
             if below is not None and below.tag is not None:
-                tag, size = below.tag, below.size
+                tag = below.tag
                 facts = _Facts(from_answer=True, structured_in_text=below.structured_in_text)
             else:
-                tag, size = self._answer_tag(tool, answer)
+                tag = self._answer_tag(tool, answer)
         after = decide_after_body(tool, policy, requested, tag, answer, meta_key=self.meta_key)
         match after:
             case SendAsIs(reason=reason):
@@ -491,7 +491,8 @@ class Revalidator:
                 return self._record(tool, sent)
             case AnswerNotModified(reply=reply, reason=reason):
                 self._confirmed(call, policy, args, requested)
-                return self._record(tool, NotModified(reply, body_ran=True, reason=reason, size=size))
+                saved = saved_by(reply, answer, self.meta_key)
+                return self._record(tool, NotModified(reply, body_ran=True, reason=reason, saved=saved))
             case _:
                 assert_never(after)
 
@@ -568,8 +569,7 @@ class Revalidator:
                 assert_never(plan)
         match choice:
             case SendDelta(reply=reply, size=size, reason=why):
-                saved = max(0, (version.json_size if version is not None else 0) - size)
-                return DeltaSent(reply, why, size=size, saved=saved)
+                return DeltaSent(reply, why, size=size, saved=saved_by(reply, answer, self.meta_key))
             case SendFull(reason=why):
                 return Stamped(result, block, f"{reason}; full answer: {why}", delta_declined=True)
             case _:

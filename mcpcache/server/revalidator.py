@@ -463,7 +463,9 @@ class Revalidator:
                 self._confirmed(call, policy, args, requested)
                 return self._record(
                     tool,
-                    NotModified(below.reply, body_ran=True, reason=reason, converted=below.converted, saved=below.saved),
+                    NotModified(
+                        below.reply, body_ran=True, reason=reason, converted=below.converted, saved=below.saved
+                    ),
                 )
             logger.debug("tool %r: below the adapter: %s", tool, below.reason)
         read = call.read_answer(result)

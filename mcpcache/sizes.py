@@ -42,9 +42,13 @@ def answer_bytes(
     meta: Mapping[str, Any] | None,
 ) -> int:
     """The length of the `CallToolResult` made of these parts, as the wire carries it (`result_bytes`)."""
-    # Built without validation: the parts are what a server is about to send, or has just received.
+    # Built without validation (the parts are what a server is about to send, or has just received), so
+    # blocks given as mappings are written as they are.
     result = CallToolResult.model_construct(
-        content=list(content), structured_content=structured_content, is_error=is_error, meta=meta
+        content=list(content),  # type: ignore[arg-type]
+        structured_content=structured_content,
+        is_error=is_error,
+        meta=None if meta is None else dict(meta),
     )
     return len(result.__pydantic_serializer__.to_json(result, by_alias=True, exclude_none=True, warnings=False))
 

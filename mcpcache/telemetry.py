@@ -1,22 +1,38 @@
-"""OpenTelemetry for both halves: what mcpcache decided, put on the span the caller's code already has.
+"""OpenTelemetry for every part: what mcpcache decided, on spans and as metrics, when something listens.
 
-The MCP SDK and FastMCP open a span per `tools/call` (server side, and around a client's request); mcpcache
-adds its outcome to the current span rather than opening one of its own, so a trace shows one span per call
-with the cache's decision on it. `opentelemetry-api` is not a dependency of mcpcache (the MCP SDK brings
-it): without it, or without a configured tracer provider (the current span is then a non-recording one),
-this is a no-op costing one attribute lookup. It is imported on first use, so that neither half pays for
-it at import time, and a broken tracer never fails a call.
+Spans. The MCP SDK and FastMCP open a span per `tools/call` (server side, and around a client's request);
+mcpcache adds its outcome to the current span rather than opening one of its own, so a trace shows one
+span per call with the cache's decision on it. A client call made outside any span (a fresh hit sends no
+request, so nothing else would trace it) gets a short span of its own, when a tracer provider is there to
+record it (`Tracing`): never a second one where the caller has a span.
+
+Metrics. Counters on the meter `mcpcache` (`Meters`), from the meter provider given to each part, or else
+the global one once the application sets it. Attribute values that come from peers (tool names, server
+labels) are bounded (`Labels`): past `MAX_LABELS` distinct values, the rest count under `OTHER`.
+
+`opentelemetry-api` is not a dependency of mcpcache (the MCP SDK brings it): without it, or without a
+configured provider, each of these is a no-op costing a global lookup or two. It is imported on first use,
+so that no part pays for it at import time, and a broken tracer or meter never fails a call.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-__all__ = ["annotate_current_span"]
+__all__ = ["MAX_LABELS", "OTHER", "Labels", "Meters", "Tracing", "annotate_current_span"]
+
+logger = logging.getLogger("mcpcache")
 
 _UNSET: Any = object()
 _trace: Any = _UNSET
+_metrics: Any = _UNSET
+
+MAX_LABELS = 200
+"""Distinct values an attribute keeps per `Labels` before the rest are counted under `OTHER`."""
+
+OTHER = "_other"
 
 
 def _tracing() -> Any:
@@ -31,23 +47,146 @@ def _tracing() -> Any:
     return _trace
 
 
+def _metering() -> Any:
+    """`opentelemetry.metrics`, or None when it is not installed."""
+    global _metrics
+    if _metrics is _UNSET:
+        try:
+            from opentelemetry import metrics as module
+        except ImportError:
+            module = None  # type: ignore[assignment]
+        _metrics = module
+    return _metrics
+
+
+# The global providers' stand-ins until an application sets one: recording through them costs the call and
+# gives nothing, so a part waits for the real provider instead.
+_STAND_INS = frozenset({"ProxyTracerProvider", "NoOpTracerProvider", "_ProxyMeterProvider", "NoOpMeterProvider"})
+
+
+def _configured(provider: object) -> bool:
+    return type(provider).__name__ not in _STAND_INS
+
+
+def _version() -> str:
+    from mcpcache import __version__
+
+    return __version__
+
+
 Attributes = Mapping[str, str | int | bool]
 
 
-def annotate_current_span(attributes: Callable[[], Attributes], *, event: str | None = None) -> None:
+def annotate_current_span(attributes: Callable[[], Attributes], *, event: str | None = None) -> bool:
     """Set `attributes()` on the current span if it records (the last call under a span wins), and add them
     as an `event` too when named (one per call). The attributes are built only for a span that records: a
-    call with no tracer pays for none of them. Never raises."""
+    call with no tracer pays for none of them. Whether a span recorded them. Never raises."""
     trace = _tracing()
     if trace is None:
-        return
+        return False
     try:
         span = trace.get_current_span()
         if not span.is_recording():
-            return
+            return False
         built = dict(attributes())
         span.set_attributes(built)
         if event is not None:
             span.add_event(event, built)
     except Exception:  # pragma: no cover - a broken tracer must never fail a tool call
-        return
+        return False
+    return True
+
+
+class Tracing:
+    """Spans of a part's own: from `provider` when given, else from the global tracer provider once one is
+    set (None until then)."""
+
+    def __init__(self, provider: Any | None = None) -> None:
+        self._given = provider
+        self._provider: Any = None
+        self._tracer: Any = None
+
+    def tracer(self) -> Any | None:
+        """The tracer to open spans with, or None when no provider is configured. Never raises."""
+        trace = _tracing()
+        if trace is None:
+            return None
+        try:
+            provider = self._given if self._given is not None else trace.get_tracer_provider()
+            if provider is not self._provider:
+                if not _configured(provider):
+                    return None
+                self._tracer = provider.get_tracer("mcpcache", _version())
+                self._provider = provider
+            return self._tracer
+        except Exception:  # pragma: no cover - a broken provider must never fail a tool call
+            logger.debug("mcpcache: the tracer provider failed", exc_info=True)
+            return None
+
+    def start_own(self, name: str, attributes: Attributes | None = None) -> Any | None:
+        """A span of mcpcache's own (kind INTERNAL) named `name`, started now, when the current span does
+        not record and a provider is configured; None otherwise (the caller's span, if any, gets the
+        outcome instead). Never raises."""
+        trace = _tracing()
+        if trace is None:
+            return None
+        try:
+            if trace.get_current_span().is_recording():
+                return None
+            tracer = self.tracer()
+            if tracer is None:
+                return None
+            return tracer.start_span(name, kind=trace.SpanKind.INTERNAL, attributes=attributes)
+        except Exception:  # pragma: no cover - a broken tracer must never fail a tool call
+            logger.debug("mcpcache: the tracer failed", exc_info=True)
+            return None
+
+
+Instruments = TypeVar("Instruments")
+
+
+class Meters(Generic[Instruments]):
+    """A part's instruments (`make(meter)` builds them) on the meter `mcpcache`: of `provider` when given,
+    else of the global meter provider once one is set (`get()` is None until then)."""
+
+    def __init__(self, make: Callable[[Any], Instruments], provider: Any | None = None) -> None:
+        self._make = make
+        self._given = provider
+        self._provider: Any = None
+        self._instruments: Instruments | None = None
+
+    def get(self) -> Instruments | None:
+        """The instruments, or None when no meter provider is configured. Never raises."""
+        metrics = _metering()
+        if metrics is None:
+            return None
+        try:
+            provider = self._given if self._given is not None else metrics.get_meter_provider()
+            if provider is not self._provider:
+                if not _configured(provider):
+                    return None
+                self._instruments = self._make(provider.get_meter("mcpcache", _version()))
+                self._provider = provider
+            return self._instruments
+        except Exception:  # pragma: no cover - a broken provider must never fail a tool call
+            logger.debug("mcpcache: the meter provider failed", exc_info=True)
+            return None
+
+
+class Labels:
+    """Attribute values from peers, bounded: the first `limit` distinct values are kept as they are, and
+    any other counts as `OTHER`, so that a server naming a new tool per call cannot grow a metric without
+    bound."""
+
+    def __init__(self, limit: int = MAX_LABELS) -> None:
+        self._limit = limit
+        self._kept: set[str] = set()
+
+    def __call__(self, value: str) -> str:
+        kept = self._kept
+        if value in kept:
+            return value
+        if len(kept) < self._limit:
+            kept.add(value)
+            return value
+        return OTHER

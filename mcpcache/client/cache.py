@@ -30,7 +30,6 @@ from mcpcache.client.entries import (
     Found,
     decode_result,
     encode_entry,
-    encode_result,
     entry_item,
     merged,
     stored_size_at_least,
@@ -74,13 +73,14 @@ from mcpcache.client.policy import (
     store_arm,
 )
 from mcpcache.client.stale import DEFAULT_BACKGROUND_REVALIDATIONS, Background, StaleServing
+from mcpcache.client.telemetry import ClientTelemetry
 from mcpcache.client.tier import DecodedTier, copy_result, hold
 from mcpcache.client.views import view_of
 from mcpcache.etag import CanonicalizationError
 from mcpcache.protocol import META_KEY, conditional_request_meta, parse_cache_block
+from mcpcache.sizes import bytes_saved, result_bytes
 from mcpcache.stores.base import Store, body_checksum
 from mcpcache.stores.opening import TOOLS_FILE, default_store
-from mcpcache.telemetry import annotate_current_span
 
 if TYPE_CHECKING:
     from fastmcp import Client as FastMCPClient
@@ -180,6 +180,8 @@ class ToolCache(StaleServing, Managing):
         the caller or anything it hands the result to. The SDK's models are mutable, so nothing enforces
         it: a change is served to every later caller of this cache in this process until the entry is
         replaced or evicted (the store's copy is not affected).
+    tracer_provider, meter_provider: the OpenTelemetry providers for this cache's spans and metrics
+        (docs/observability.md); None (the default): the global ones, once the application sets them.
     """
 
     def __init__(
@@ -201,6 +203,8 @@ class ToolCache(StaleServing, Managing):
         serve_stale: bool = True,
         background_revalidations: int = DEFAULT_BACKGROUND_REVALIDATIONS,
         read_only_views: bool = False,
+        tracer_provider: Any | None = None,
+        meter_provider: Any | None = None,
         clock: Clock = time.time,
     ) -> None:
         if not isinstance(partition, str):
@@ -228,6 +232,7 @@ class ToolCache(StaleServing, Managing):
         self.deltas = deltas
         self.clock = clock
         self.stats = CacheStats()
+        self._telemetry = ClientTelemetry(tracer_provider, meter_provider)
         self._tier = DecodedTier(max_answer_bytes if decoded_tier_bytes is None else decoded_tier_bytes)
         self.read_only_views = read_only_views
         self._deferred = Deferred.of(self.store)
@@ -258,6 +263,7 @@ class ToolCache(StaleServing, Managing):
 
     def _count_store_failure(self) -> None:
         self.stats.store_failures += 1
+        self._telemetry.store_failure(type(self.store).__name__)
 
     def forget_validations(self) -> None:
         """Check stored answers again before serving them (the wrappers call it when tools change)."""
@@ -322,6 +328,28 @@ class ToolCache(StaleServing, Managing):
         variant: str = "",
     ) -> tuple[CallToolResult, CallOutcome]:
         """Answer one call, from the cache or the server. Returns the result and what was done."""
+        span = self._telemetry.begin(name)
+        try:
+            if span is None:
+                result, outcome = await self._answer(conn, name, arguments, mode, meta, variant)
+            else:
+                with self._telemetry.inside(span):
+                    result, outcome = await self._answer(conn, name, arguments, mode, meta, variant)
+        except BaseException as exc:
+            self._telemetry.failed(span, exc)
+            raise
+        self._telemetry.record(span, conn.server_id, name, outcome)
+        return result, outcome
+
+    async def _answer(
+        self,
+        conn: Connection,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        mode: CacheMode,
+        meta: Mapping[str, Any] | None,
+        variant: str,
+    ) -> tuple[CallToolResult, CallOutcome]:
         try:
             return await self._execute(conn, name, arguments, mode=mode, meta=meta, variant=variant)
         except Exception as exc:
@@ -444,7 +472,6 @@ class ToolCache(StaleServing, Managing):
         if logger.isEnabledFor(logging.DEBUG):
             server = readable_server(identity.server)
             logger.debug("tool %r on %s: %s (%s)", identity.tool, server, outcome.status, outcome.reason)
-        _annotate_span(identity, outcome)
         return result, outcome
 
     def _fresh_now(self, identity: CallIdentity, key: str) -> tuple[CallToolResult, CallOutcome] | None:
@@ -689,7 +716,7 @@ class ToolCache(StaleServing, Managing):
             case ReturnUnstored():
                 if decision.drop_entry and found is not None:
                     await self._remove(found.key)
-                saved = 0 if patched_by is None else max(len(encode_result(reply)) - patched_by, 0)
+                saved = 0 if patched_by is None else bytes_saved(result_bytes(reply), patched_by)
                 return reply, CallOutcome(status, False, f"{lookup_reason}; {decision.reason}", saved)
             case StoreAnswer():
                 assert encoded is not None
@@ -722,7 +749,7 @@ class ToolCache(StaleServing, Managing):
             copy = reply if self.read_only_views else copy_result(reply)
             held = hold(copy, body, meta.etag, checksum, server=identity.server, call=marks[1], answer=meta.size)
             self._tier.put(own, held)
-        saved = 0 if patched_by is None else max(meta.size - patched_by, 0)
+        saved = 0 if patched_by is None else bytes_saved(meta.size, patched_by)
         if not stored:
             why = "not stored: the store holds a newer answer, or could not take this one"
             return reply, CallOutcome(status, False, f"{lookup_reason}; {why}", saved)
@@ -766,7 +793,7 @@ class ToolCache(StaleServing, Managing):
             # again in full, the caller meets that check exactly as it would without the cache.
             return "the patched answer fails the client's checks"
         reason = f"{lookup_reason}; {decision.reason}; {made.reason}"
-        reply_bytes = len(encode_result(reply))
+        reply_bytes = result_bytes(reply)
         return await self._keep(
             conn, identity, key, found, decision.then, result, "patched", reason, patched_by=reply_bytes
         )
@@ -809,7 +836,7 @@ class ToolCache(StaleServing, Managing):
         # After the answer is returned: the record only feeds other processes and this process's next lookup
         # of the key (which waits for it), and the store keeps it compare-and-set whenever it lands.
         await self._deferred.start(found.key, record, "recording a revalidation")
-        saved = max(found.entry.size - len(encode_result(reply)), 0)
+        saved = bytes_saved(found.entry.size, result_bytes(reply))
         return result, CallOutcome("revalidated", False, f"{lookup_reason}; {decision.reason}", saved)
 
     async def _after_server_answer(self, conn: Connection, name: str, reply: CallToolResult) -> None:
@@ -823,20 +850,3 @@ class ToolCache(StaleServing, Managing):
 
 _LOOKS_AFTER_A_REPLACEMENT = 3
 """Lookups a call makes while other writers keep replacing the entry under it, before it is a miss."""
-
-
-def _annotate_span(identity: CallIdentity, outcome: CallOutcome) -> None:
-    """What the cache did, on the caller's current span when a tracer records it (nothing otherwise): as
-    attributes (the last call under a span wins) and as one event per call."""
-
-    def attributes() -> dict[str, str | int | bool]:
-        return {
-            "mcpcache.client.outcome": outcome.status,
-            "mcpcache.client.coalesced": outcome.coalesced,
-            "mcpcache.client.stored": outcome.stored,
-            "mcpcache.client.bytes_saved": outcome.bytes_saved,
-            "mcpcache.client.tool": identity.tool,
-            "mcpcache.client.server": readable_server(identity.server),
-        }
-
-    annotate_current_span(attributes, event="mcpcache.client.tool_call")

@@ -36,7 +36,6 @@ from mcpcache.protocol import (
     answer_kind,
     read_conditions,
 )
-from mcpcache.server import telemetry
 from mcpcache.server.decisions import (
     Answer,
     AnswerNotModified,
@@ -70,6 +69,8 @@ from mcpcache.server.history import (
     version_of,
 )
 from mcpcache.server.policies import CachePolicy, ToolPolicies
+from mcpcache.server.telemetry import Outcome as Reported
+from mcpcache.server.telemetry import ServerTelemetry
 
 __all__ = [
     "DeltaSent",
@@ -294,14 +295,21 @@ class Revalidator:
     """The server half's driver: runs validators, the body and the hash when told to, never decides."""
 
     def __init__(
-        self, policies: ToolPolicies, *, meta_key: str = META_KEY, delta_history_bytes: int = DEFAULT_HISTORY_BYTES
+        self,
+        policies: ToolPolicies,
+        *,
+        meta_key: str = META_KEY,
+        delta_history_bytes: int = DEFAULT_HISTORY_BYTES,
+        meter_provider: Any | None = None,
     ) -> None:
-        """`delta_history_bytes`: the bound of the history of answers sent (0: none kept, no deltas)."""
+        """`delta_history_bytes`: the bound of the history of answers sent (0: none kept, no deltas).
+        `meter_provider`: the OpenTelemetry meter provider to count on (None: the global one, once set)."""
         if isinstance(delta_history_bytes, bool) or not isinstance(delta_history_bytes, int):
             raise TypeError("delta_history_bytes must be an int of bytes")
         self.policies = policies
         self.meta_key = meta_key
         self.stats = ServerStats()
+        self.telemetry = ServerTelemetry(meter_provider)
         self.history = AnswerHistory(delta_history_bytes) if delta_history_bytes > 0 else None
         self.delta_formats: tuple[str, ...] = (delta.FORMAT,) if self.history is not None else ()
         """The delta formats this server sends (advertised in the extension's settings)."""
@@ -344,13 +352,13 @@ class Revalidator:
 
     def _record_error(self, tool: str, reason: str) -> None:
         self.stats.errors_passed += 1
-        telemetry.annotate(tool, "error")
+        self.telemetry.record(tool, "error")
         logger.debug("tool %r: error: %s", tool, reason)
 
     def _record(self, tool: str, outcome: Outcome[R], *, is_error: bool = False) -> Outcome[R]:
         """Count the outcome, put it on the current span, and log its reason."""
         stats = self.stats
-        kind: telemetry.Outcome
+        kind: Reported
         saved: int | None = None
         match outcome:
             case Stamped(delta_declined=declined):
@@ -383,7 +391,7 @@ class Revalidator:
                     kind = "passed_through"
             case _:
                 assert_never(outcome)
-        telemetry.annotate(tool, kind, saved)
+        self.telemetry.record(tool, kind, saved)
         logger.debug("tool %r: %s: %s", tool, kind, outcome.reason)
         return outcome
 

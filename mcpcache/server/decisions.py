@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from mcp_types import TextContent
@@ -50,6 +50,7 @@ __all__ = [
     "DeltaChoice",
     "DeltaPlan",
     "NotAnAnswer",
+    "Reply",
     "RunBody",
     "SendAsIs",
     "SendDelta",
@@ -84,21 +85,35 @@ class Answer:
     meta: Mapping[str, Any] | None = None
 
 
-def saved_by(reply: NotModifiedReply | DeltaReply, answer: Answer, meta_key: str = META_KEY) -> int:
+class Reply(Protocol):
+    """A reply sent in place of an answer, in any model that has a result's parts (the reply models, a
+    framework's result)."""
+
+    @property
+    def content(self) -> Sequence[Any]: ...
+    @property
+    def structured_content(self) -> Any: ...
+    @property
+    def meta(self) -> Mapping[str, Any] | None: ...
+
+
+def saved_by(reply: Reply, answer: Answer, meta_key: str = META_KEY) -> int:
     """The bytes `reply` saved in place of `answer` (`mcpcache.sizes`): the answer as it would have gone,
     stamped with the reply's block less what makes it a reply (`notModified`, `delta`), less the reply."""
     return bytes_saved(full_answer_bytes(reply, answer, meta_key), reply_bytes(reply))
 
 
-def full_answer_bytes(reply: NotModifiedReply | DeltaReply, answer: Answer, meta_key: str = META_KEY) -> int:
+def full_answer_bytes(reply: Reply, answer: Answer, meta_key: str = META_KEY) -> int:
     """The length of `answer` as it would have gone in place of `reply`, stamped with `reply`'s block less
     what makes it a reply."""
     meta = dict(answer.meta or {})
-    meta[meta_key] = {key: value for key, value in reply.meta[meta_key].items() if key not in _REPLY_ONLY}
+    block = (reply.meta or {}).get(meta_key)
+    if isinstance(block, Mapping):
+        meta[meta_key] = {key: value for key, value in block.items() if key not in _REPLY_ONLY}
     return answer_bytes(answer.content, answer.structured_content, answer.is_error, meta)
 
 
-def reply_bytes(reply: NotModifiedReply | DeltaReply) -> int:
+def reply_bytes(reply: Reply) -> int:
     return answer_bytes(reply.content, reply.structured_content, False, reply.meta)
 
 

@@ -68,12 +68,6 @@ def _configured(provider: object) -> bool:
     return type(provider).__name__ not in _STAND_INS
 
 
-def _version() -> str:
-    from mcpcache import __version__
-
-    return __version__
-
-
 Attributes = Mapping[str, str | int | bool]
 
 
@@ -116,7 +110,7 @@ class Tracing:
             if provider is not self._provider:
                 if not _configured(provider):
                     return None
-                self._tracer = provider.get_tracer("mcpcache", _version())
+                self._tracer = provider.get_tracer("mcpcache")
                 self._provider = provider
             return self._tracer
         except Exception:  # pragma: no cover - a broken provider must never fail a tool call
@@ -165,7 +159,7 @@ class Meters(Generic[Instruments]):
             if provider is not self._provider:
                 if not _configured(provider):
                     return None
-                self._instruments = self._make(provider.get_meter("mcpcache", _version()))
+                self._instruments = self._make(provider.get_meter("mcpcache"))
                 self._provider = provider
             return self._instruments
         except Exception:  # pragma: no cover - a broken provider must never fail a tool call

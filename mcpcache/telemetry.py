@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar
 
-__all__ = ["MAX_LABELS", "OTHER", "Labels", "Meters", "Tracing", "annotate_current_span"]
+__all__ = ["CALLERS", "MAX_LABELS", "OTHER", "Labels", "Meters", "Tracing", "annotate_current_span"]
 
 logger = logging.getLogger("mcpcache")
 
@@ -65,7 +65,50 @@ _STAND_INS = frozenset({"ProxyTracerProvider", "NoOpTracerProvider", "_ProxyMete
 
 
 def _configured(provider: object) -> bool:
-    return type(provider).__name__ not in _STAND_INS
+    return provider is not None and type(provider).__name__ not in _STAND_INS
+
+
+class _Global:
+    """Reads one of the API's global providers (the one an application set, else None) without its getter:
+    each call of `get_tracer_provider()` looks the environment up, a few microseconds on every call of the
+    hottest path. The getter is called once, on the first read, since that is what loads a provider the
+    environment names (`OTEL_PYTHON_TRACER_PROVIDER`); an API release that keeps the provider elsewhere
+    is read through the getter, at its cost."""
+
+    __slots__ = ("_getter", "_holder", "_module", "_name")
+
+    def __init__(self, module: Callable[[], Any], name: str, getter: str) -> None:
+        self._module = module
+        self._name = name
+        self._getter = getter
+        self._holder: Any = None
+
+    def read(self) -> Any | None:
+        holder = self._holder
+        if holder is None:
+            module = self._module()
+            if module is None:
+                return None
+            getter = getattr(module, self._getter)
+            getter()
+            internal = getattr(module, "_internal", module)  # where opentelemetry.metrics keeps its global
+            holder = internal if hasattr(internal, self._name) else module
+            self._holder = holder if hasattr(holder, self._name) else _Getter(getter, self._name)
+            holder = self._holder
+        return getattr(holder, self._name)
+
+
+class _Getter:
+    def __init__(self, getter: Callable[[], Any], name: str) -> None:
+        self._getter = getter
+        self._name = name
+
+    def __getattr__(self, name: str) -> Any:
+        return self._getter()
+
+
+_GLOBAL_TRACER_PROVIDER = _Global(lambda: _tracing(), "_TRACER_PROVIDER", "get_tracer_provider")
+_GLOBAL_METER_PROVIDER = _Global(lambda: _metering(), "_METER_PROVIDER", "get_meter_provider")
 
 
 Attributes = Mapping[str, str | int | bool]
@@ -91,6 +134,10 @@ def annotate_current_span(attributes: Callable[[], Attributes], *, event: str | 
     return True
 
 
+CALLERS: Any = object()
+"""`Tracing.start_own`'s answer when the caller's current span records: the outcome goes on it."""
+
+
 class Tracing:
     """Spans of a part's own: from `provider` when given, else from the global tracer provider once one is
     set (None until then)."""
@@ -102,11 +149,12 @@ class Tracing:
 
     def tracer(self) -> Any | None:
         """The tracer to open spans with, or None when no provider is configured. Never raises."""
-        trace = _tracing()
-        if trace is None:
-            return None
         try:
-            provider = self._given if self._given is not None else trace.get_tracer_provider()
+            provider = self._given
+            if provider is None:
+                provider = _GLOBAL_TRACER_PROVIDER.read()
+                if provider is None:
+                    return None
             if provider is not self._provider:
                 if not _configured(provider):
                     return None
@@ -117,20 +165,20 @@ class Tracing:
             logger.debug("mcpcache: the tracer provider failed", exc_info=True)
             return None
 
-    def start_own(self, name: str, attributes: Attributes | None = None) -> Any | None:
-        """A span of mcpcache's own (kind INTERNAL) named `name`, started now, when the current span does
-        not record and a provider is configured; None otherwise (the caller's span, if any, gets the
-        outcome instead). Never raises."""
+    def start_own(self, name: Callable[[], str]) -> Any | None:
+        """Where a call's outcome goes: `CALLERS` when the current span records (the caller's span gets
+        it); else a span of mcpcache's own (kind INTERNAL) named `name()`, started now, when a provider is
+        configured; else None (nowhere). Never raises."""
         trace = _tracing()
         if trace is None:
             return None
         try:
             if trace.get_current_span().is_recording():
-                return None
+                return CALLERS
             tracer = self.tracer()
             if tracer is None:
                 return None
-            return tracer.start_span(name, kind=trace.SpanKind.INTERNAL, attributes=attributes)
+            return tracer.start_span(name(), kind=trace.SpanKind.INTERNAL)
         except Exception:  # pragma: no cover - a broken tracer must never fail a tool call
             logger.debug("mcpcache: the tracer failed", exc_info=True)
             return None
@@ -151,11 +199,12 @@ class Meters(Generic[Instruments]):
 
     def get(self) -> Instruments | None:
         """The instruments, or None when no meter provider is configured. Never raises."""
-        metrics = _metering()
-        if metrics is None:
-            return None
         try:
-            provider = self._given if self._given is not None else metrics.get_meter_provider()
+            provider = self._given
+            if provider is None:
+                provider = _GLOBAL_METER_PROVIDER.read()
+                if provider is None:
+                    return None
             if provider is not self._provider:
                 if not _configured(provider):
                     return None

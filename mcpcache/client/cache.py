@@ -330,7 +330,7 @@ class ToolCache(StaleServing, Managing):
         """Answer one call, from the cache or the server. Returns the result and what was done."""
         span = self._telemetry.begin(name)
         try:
-            if span is None:
+            if not self._telemetry.own(span):
                 result, outcome = await self._answer(conn, name, arguments, mode, meta, variant)
             else:
                 with self._telemetry.inside(span):

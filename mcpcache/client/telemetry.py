@@ -23,7 +23,7 @@ from typing import Any
 
 from mcpcache.client.keys import readable_server
 from mcpcache.client.outcomes import CallOutcome
-from mcpcache.telemetry import Labels, Meters, Tracing, annotate_current_span
+from mcpcache.telemetry import CALLERS, Labels, Meters, Tracing, annotate_current_span
 
 __all__ = ["ClientTelemetry"]
 
@@ -64,9 +64,14 @@ class ClientTelemetry:
         self._tools = Labels()
 
     def begin(self, tool: str) -> Any | None:
-        """The cache's own span for a call of `tool` when the caller has none that records and a tracer
-        provider is configured; else None."""
-        return self._tracing.start_own(f"mcpcache tools/call {tool}")
+        """Where the outcome of a call of `tool` goes: `CALLERS` (the caller's span records), the cache's own
+        span (none records, and a tracer provider is configured), or None (nowhere)."""
+        return self._tracing.start_own(lambda: f"mcpcache tools/call {tool}")
+
+    @staticmethod
+    def own(span: Any | None) -> bool:
+        """Whether `begin` opened a span of the cache's own."""
+        return span is not None and span is not CALLERS
 
     def inside(self, span: Any) -> Any:
         """A context manager making the cache's own `span` current while the call runs (the SDK's request
@@ -88,14 +93,14 @@ class ClientTelemetry:
                 "mcpcache.client.server": _server_label(server_id),
             }
 
-        if span is not None:
+        if span is CALLERS:
+            annotate_current_span(attributes, event="mcpcache.client.tool_call")
+        elif span is not None:
             try:
                 span.set_attributes(attributes())
                 span.end()
             except Exception:  # pragma: no cover - a broken tracer must never fail a tool call
                 pass
-        else:
-            annotate_current_span(attributes, event="mcpcache.client.tool_call")
         instruments = self._meters.get()
         if instruments is None:
             return
@@ -113,7 +118,7 @@ class ClientTelemetry:
 
     def failed(self, span: Any | None, error: BaseException) -> None:
         """The call raised: the cache's own span, if any, ends marked as failed."""
-        if span is None:
+        if span is None or span is CALLERS:
             return
         try:
             from opentelemetry.trace import Status, StatusCode

@@ -10,7 +10,8 @@ FastMCP server (benchmarks/client_overhead.py's table tool, stamped by mcpcache)
 - `default`: as shipped, no provider configured anywhere (the OpenTelemetry API's stand-ins): the common
   case, which must cost about nothing;
 - `sdk`: as shipped, given the OpenTelemetry SDK's tracer and meter providers (an in-memory span exporter
-  and metric reader): a span of the cache's own and two counters per call.
+  behind a `SimpleSpanProcessor`, and an in-memory metric reader): a span of the cache's own and two
+  counters per call; `sdk-spans` and `sdk-metrics` with one of the two providers only.
 
 Each round times a block of hits per configuration, the blocks in a shuffled order; a round's value is its
 block's median; each configuration's ratio to `before` is taken per round. Reported as median [p10-p90].
@@ -63,6 +64,9 @@ class NoTelemetry:
     def begin(self, tool: str) -> None:
         return None
 
+    def own(self, span: Any) -> bool:
+        return False
+
     def record(self, span: Any, server_id: str, tool: str, outcome: CallOutcome) -> None:
         return None
 
@@ -107,6 +111,8 @@ def caches() -> tuple[dict[str, ToolCache], list[Any]]:
     tracer_provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
     meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
     made["sdk"] = ToolCache(MemoryStore(), tracer_provider=tracer_provider, meter_provider=meter_provider)
+    made["sdk-spans"] = ToolCache(MemoryStore(), tracer_provider=tracer_provider)
+    made["sdk-metrics"] = ToolCache(MemoryStore(), meter_provider=meter_provider)
     return made, [tracer_provider, meter_provider]
 
 
@@ -166,7 +172,7 @@ def render(r: dict[str, Any]) -> str:
         "|---|---|---:|---:|---:|",
     ]
     for label, row in r["sizes"].items():
-        for name in ("none", "before", "default", "sdk"):
+        for name in ("none", "before", "default", "sdk-metrics", "sdk-spans", "sdk"):
             us, ratio = row["us"][name], row["over_before"][name]
             out.append(
                 f"| {label} ({row['answer_bytes']:,} B) | `{name}` "

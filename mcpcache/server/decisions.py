@@ -19,8 +19,8 @@ framework converts its return value), which may answer it from a cheaper exact f
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import orjson
@@ -45,6 +45,7 @@ __all__ = [
     "AfterBody",
     "Answer",
     "AnswerNotModified",
+    "AnswerSizes",
     "BeforeBody",
     "BelowTagging",
     "DeltaChoice",
@@ -402,6 +403,8 @@ class BelowTagging:
     """On a match, the bytes the reply saved (`saved_by`), when the layer below could measure the answer."""
     converted: bool = False
     """Whether the framework had already converted the answer when `decide` was called."""
+    sizes: AnswerSizes = field(default_factory=lambda: AnswerSizes(kept=1))
+    """Where the sizes of answers matched are kept (the driver's, shared by its calls)."""
     structured_in_text: StructuredInText = None
     """Set when the answer's one text block is, by the framework's own construction, the JSON of its
     structured content ("plain"), or of the value it wraps under `result` ("wrapped"): the history then
@@ -428,31 +431,49 @@ class BelowTagging:
 
     def measure(self, answer: Answer) -> None:
         """After a match: the answer that was not sent, as the framework would have sent it."""
-        if self.reply is not None:
-            self.saved = saved_by(self.reply, answer, self.meta_key)
+        reply, tag = self.reply, self.tag
+        if reply is not None and tag is not None:
+            self.saved = self.sizes.saved(
+                tag, reply, lambda: full_answer_bytes(reply, answer, self.meta_key), self.meta_key
+            )
 
-    def measure_text_json(self, tag: str, value: dict[str, Any]) -> None:
+    def measure_text_json(self, value: dict[str, Any]) -> None:
         """After a match: the answer the framework would have made of `value`, a dict of exact JSON types
-        tagged `tag` (one text block holding its compact JSON, the same JSON as structured content, no
-        `_meta` of its own), measured without making it."""
-        if self.reply is None:
+        (one text block holding its compact JSON, the same JSON as structured content, no `_meta` of its
+        own), measured without making it."""
+        reply, tag = self.reply, self.tag
+        if reply is None or tag is None:
             return
-        doubled = _TEXT_JSON_SIZES.get(tag)
-        if doubled is None:
+
+        def full() -> int:
             data = orjson.dumps(value)
-            if len(_TEXT_JSON_SIZES) >= _TEXT_JSON_SIZES_KEPT:
-                del _TEXT_JSON_SIZES[next(iter(_TEXT_JSON_SIZES))]  # the oldest first
-            doubled = _TEXT_JSON_SIZES[tag] = len(data) + text_json_bytes(data)
-        # The answer with `{}` for the dict: its bytes, less the placeholder, plus the JSON twice.
-        shell = Answer([TextContent(type="text", text="")], {}, False)
-        full = full_answer_bytes(self.reply, shell, self.meta_key) - 2 + doubled
-        self.saved = bytes_saved(full, reply_bytes(self.reply))
+            # The answer with `{}` for the dict: its bytes, less the placeholder, plus the JSON twice (as
+            # structured content, and escaped in the text block).
+            shell = Answer([TextContent(type="text", text="")], {}, False)
+            return full_answer_bytes(reply, shell, self.meta_key) - 2 + len(data) + text_json_bytes(data)
+
+        self.saved = self.sizes.saved(tag, reply, full, self.meta_key)
 
 
-_TEXT_JSON_SIZES: dict[str, int] = {}
-_TEXT_JSON_SIZES_KEPT = 4096
-"""By raw tag: the bytes of a dict's JSON written twice, as structured content and escaped as text (the tag
-names the value, so the size of a version matched again is not measured again)."""
+class AnswerSizes:
+    """The size of the full answer sent under each tag with each cache block, measured once: a tag names a
+    version, so a version matched again is not serialised again only to be counted (a measure costs about
+    what hashing the answer did). The oldest go first past `kept`."""
+
+    def __init__(self, kept: int = 4096) -> None:
+        self._kept = kept
+        self._sizes: dict[tuple[str, bytes], int] = {}
+
+    def saved(self, tag: str, reply: Reply, measure: Callable[[], int], meta_key: str = META_KEY) -> int:
+        """What `reply` saved in place of the answer under `tag`, which `measure()` measures if need be."""
+        key = (tag, orjson.dumps((reply.meta or {}).get(meta_key)))
+        full = self._sizes.get(key)
+        if full is None:
+            full = measure()
+            if len(self._sizes) >= self._kept:
+                del self._sizes[next(iter(self._sizes))]
+            self._sizes[key] = full
+        return bytes_saved(full, reply_bytes(reply))
 
 
 @dataclass(frozen=True)

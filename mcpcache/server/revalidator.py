@@ -39,6 +39,7 @@ from mcpcache.protocol import (
 from mcpcache.server.decisions import (
     Answer,
     AnswerNotModified,
+    AnswerSizes,
     BelowTagging,
     DeltaChoice,
     NotAnAnswer,
@@ -51,10 +52,10 @@ from mcpcache.server.decisions import (
     TryDelta,
     decide_after_body,
     decide_before_body,
+    full_answer_bytes,
     history_partition,
     needs_content_tag,
     plan_delta,
-    saved_by,
     validator_matches,
 )
 from mcpcache.server.deltas import delta_choice
@@ -310,6 +311,8 @@ class Revalidator:
         self.meta_key = meta_key
         self.stats = ServerStats()
         self.telemetry = ServerTelemetry(meter_provider)
+        self.sizes = AnswerSizes()
+        """The sizes of the answers not sent, by tag and block (for `bytes_saved`)."""
         self.history = AnswerHistory(delta_history_bytes) if delta_history_bytes > 0 else None
         self.delta_formats: tuple[str, ...] = (delta.FORMAT,) if self.history is not None else ()
         """The delta formats this server sends (advertised in the extension's settings)."""
@@ -349,6 +352,12 @@ class Revalidator:
         except CanonicalizationError as exc:
             logger.warning("tool %r: answer has no canonical form (%s); sent without a tag", tool, exc)
             return None
+
+    def _saved(self, tag: str | None, reply: NotModifiedReply | DeltaReply, answer: Answer) -> int:
+        def measure() -> int:
+            return full_answer_bytes(reply, answer, self.meta_key)
+
+        return measure() if tag is None else self.sizes.saved(tag, reply, measure, self.meta_key)
 
     def _record_error(self, tool: str, reason: str) -> None:
         self.stats.errors_passed += 1
@@ -456,7 +465,7 @@ class Revalidator:
         below: BelowTagging | None = None
         try:
             if call.tags_below and policy.etag and pre_tag is None:
-                below = BelowTagging(tool, policy, requested, self.meta_key)
+                below = BelowTagging(tool, policy, requested, self.meta_key, sizes=self.sizes)
                 result = await call.run_body_tagged(below)
             else:
                 result = await call.run_body()
@@ -501,7 +510,7 @@ class Revalidator:
                 return self._record(tool, sent)
             case AnswerNotModified(reply=reply, reason=reason):
                 self._confirmed(call, policy, args, requested)
-                saved = saved_by(reply, answer, self.meta_key)
+                saved = self._saved(tag, reply, answer)
                 return self._record(tool, NotModified(reply, body_ran=True, reason=reason, saved=saved))
             case _:
                 assert_never(after)
@@ -579,7 +588,7 @@ class Revalidator:
                 assert_never(plan)
         match choice:
             case SendDelta(reply=reply, size=size, reason=why):
-                return DeltaSent(reply, why, size=size, saved=saved_by(reply, answer, self.meta_key))
+                return DeltaSent(reply, why, size=size, saved=self._saved(tag, reply, answer))
             case SendFull(reason=why):
                 return Stamped(result, block, f"{reason}; full answer: {why}", delta_declined=True)
             case _:

@@ -8,7 +8,7 @@ as the wire carries them (`mcpcache.sizes`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import mcp_types as mt
@@ -22,7 +22,9 @@ from stores.backends import FakeClock
 from support.transports import MODERN, ServerTarget, stock_client
 
 from mcpcache.client import ToolCache
+from mcpcache.protocol import CacheBlock, NotModifiedReply
 from mcpcache.server import CachePolicy, ServerStats, cache_meta
+from mcpcache.server.decisions import AnswerSizes
 from mcpcache.server.fastmcp import install
 from mcpcache.server.sdk import RevalidationExtension
 from mcpcache.stores import MemoryStore
@@ -114,22 +116,25 @@ async def test_client_and_server_report_the_same_bytes_saved_for_one_not_modifie
         await view.call("notes", {})
         clock.advance(TTL_MS / 1000 + 1)
         revalidated = (await view.call("notes", {})).outcome
+        clock.advance(TTL_MS / 1000 + 1)
+        again = (await view.call("notes", {})).outcome  # the same version: its size is not measured again
+    assert again == revalidated
     expected_kind = "not_modified" if shape in ("sdk", "fastmcp-hashed") else "conversion_skipped"
     assert revalidated.status == "revalidated"
     assert revalidated.bytes_saved > 2 * sum(len(line) for line in LINES)  # the lines twice: text and structured
-    assert stats.bytes_saved == revalidated.bytes_saved
+    assert stats.bytes_saved == 2 * revalidated.bytes_saved
     assert sums(server_reader, "mcpcache.server.saved") == {
-        (("mcpcache.outcome", expected_kind), ("mcpcache.tool", "notes")): revalidated.bytes_saved
+        (("mcpcache.outcome", expected_kind), ("mcpcache.tool", "notes")): 2 * revalidated.bytes_saved
     }
     client_saved = sums(client_reader, "mcpcache.client.saved")
     assert client_saved == {
         (("mcpcache.outcome", "revalidated"), ("mcpcache.server", "notes"), ("mcpcache.tool", "notes")): (
-            revalidated.bytes_saved
+            2 * revalidated.bytes_saved
         )
     }
     assert sums(server_reader, "mcpcache.server.calls") == {
         (("mcpcache.outcome", "stamped"), ("mcpcache.tool", "notes")): 1,
-        (("mcpcache.outcome", expected_kind), ("mcpcache.tool", "notes")): 1,
+        (("mcpcache.outcome", expected_kind), ("mcpcache.tool", "notes")): 2,
     }
 
 
@@ -181,3 +186,26 @@ async def test_a_reply_whose_body_never_ran_is_counted_with_no_bytes(
         sums(server_reader, "mcpcache.server.calls")[(("mcpcache.outcome", "body_skipped"), ("mcpcache.tool", "notes"))]
         == 1
     )
+
+
+def test_the_size_of_a_version_is_measured_once_per_tag_and_block() -> None:
+    sizes = AnswerSizes(kept=2)
+    measured: list[str] = []
+
+    def measure(tag: str) -> Callable[[], int]:
+        def run() -> int:
+            measured.append(tag)
+            return 10_000
+
+        return run
+
+    def reply(ttl_ms: int) -> NotModifiedReply:
+        return NotModifiedReply.build(CacheBlock(ttl_ms=ttl_ms, etag='W/"1"'), "notes")
+
+    first = sizes.saved('W/"1"', reply(1000), measure("a"))
+    assert sizes.saved('W/"1"', reply(1000), measure("a again")) == first
+    assert 0 < first < 10_000
+    sizes.saved('W/"1"', reply(2000), measure("another block"))  # another block: another full answer
+    sizes.saved('W/"2"', reply(1000), measure("b"))  # past `kept`: the oldest goes
+    sizes.saved('W/"1"', reply(1000), measure("a, measured again"))
+    assert measured == ["a", "another block", "b", "a, measured again"]

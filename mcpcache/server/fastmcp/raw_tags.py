@@ -235,7 +235,7 @@ def _raw_tagged_result(tool: FunctionTool, raw_value: Any) -> ToolResult:
         if reply is not None and structured is raw_value and _annotation_name(tool.return_type) in _SERIALISED_AS_ANY:
             # FastMCP would have written the dict as its JSON twice (text and structured content): measured
             # from that JSON, once per version (a second serialisation only to count bytes is not cheap).
-            tagging.measure_text_json(tag, raw_value)
+            tagging.measure_text_json(raw_value)
     if reply is not None:
         return ToolResult(content=[], structured_content=reply.structured_content, meta=reply.meta)
     return raw_value if isinstance(raw_value, ToolResult) else _converted(tool, tagging, raw_value)

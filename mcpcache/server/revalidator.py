@@ -5,7 +5,8 @@ run the body and read its result); `Revalidator.run` hands what it finds to the 
 (`mcpcache.server.decisions`) and returns an `Outcome` telling the adapter what to send: the body's result
 untouched (`PassThrough`), the result with a cache block merged into its `_meta` (`Stamped`), a
 not-modified reply (`NotModified`) or a delta reply (`DeltaSent`). Each outcome is counted in the
-driver's `ServerStats`, set on the current OpenTelemetry span (`telemetry`), and its reason logged.
+driver's `ServerStats`, set on the current OpenTelemetry span and counted on its meter (`telemetry`), and
+its reason logged.
 
 Every stamped full answer (and every delta's new answer) is recorded in the driver's `AnswerHistory`
 under its tag, so that a later call holding that tag can be sent the change only.

@@ -7,8 +7,13 @@ OpenTelemetry's context, whatever provider made it.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -219,3 +224,58 @@ async def test_without_providers_nothing_is_recorded_and_nothing_fails() -> None
 def test_peer_named_labels_are_bounded() -> None:
     labels = Labels(limit=3)
     assert [labels(name) for name in ("a", "b", "a", "c", "d", "e", "b")] == ["a", "b", "a", "c", OTHER, OTHER, "b"]
+
+
+GLOBAL_SCRIPT = """
+import json
+import anyio
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from support.transports import MODERN, ServerTarget, stock_client
+from client.test_telemetry import notes_server
+from mcpcache.client import ToolCache
+from mcpcache.stores import MemoryStore
+
+async def main() -> list[str]:
+    now = lambda: 1_750_000_000.0  # time stands still: the second call is a fresh hit however slow this is
+    cache = ToolCache(MemoryStore(clock=now), clock=now)  # made before any provider is set
+    outcomes = []
+    async with stock_client("mcp", ServerTarget.memory(notes_server()), MODERN) as client:
+        view = cache.wrap(client, server_id="notes")
+        outcomes.append((await view.call("notes", {"key": "a"})).outcome.status)  # no provider yet
+        spans = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(spans))
+        trace.set_tracer_provider(provider)
+        reader = InMemoryMetricReader()
+        metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+        outcomes.append((await view.call("notes", {"key": "a"})).outcome.status)
+    names = [span.name for span in spans.get_finished_spans() if span.name.startswith("mcpcache")]
+    counted = {
+        point.attributes["mcpcache.outcome"]: point.value
+        for metric in reader.get_metrics_data().resource_metrics[0].scope_metrics[0].metrics
+        if metric.name == "mcpcache.client.calls"
+        for point in metric.data.data_points
+    }
+    return [outcomes, names, counted]
+
+print(json.dumps(anyio.run(main)))
+"""
+
+
+def test_the_global_providers_are_used_once_the_application_sets_them() -> None:
+    """In a process of its own: OpenTelemetry's global providers can be set only once per process."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests")])}
+    done = subprocess.run(
+        [sys.executable, "-c", GLOBAL_SCRIPT], env=env, cwd=root, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    outcomes, names, counted = json.loads(done.stdout.strip().splitlines()[-1])
+    assert outcomes == ["miss", "fresh_hit"]
+    assert names == ["mcpcache tools/call notes"]  # the fresh hit, once a provider was there to record it
+    assert counted == {"fresh_hit": 1}

@@ -78,7 +78,7 @@ import mcpcache
 from mcpcache.bench.common import machine, percentile
 from mcpcache.bench.wire import CountingTransport, WireLog, WireRecord
 from mcpcache.client import ToolCache
-from mcpcache.client.cache import decode_result, encode_result
+from mcpcache.client.entries import decode_result, encode_result
 from mcpcache.client.keys import CallIdentity
 from mcpcache.client.policy import EntryMeta, decide_lookup
 from mcpcache.demo.notebooks import generate_notebook_of_size

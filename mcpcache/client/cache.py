@@ -31,7 +31,6 @@ from mcpcache.client.entries import (
     Found,
     decode_result,
     encode_entry,
-    encode_result,
     entry_item,
     merged,
     stored_size_at_least,
@@ -77,13 +76,14 @@ from mcpcache.client.policy import (
 )
 from mcpcache.client.resend import sent_with_resend
 from mcpcache.client.stale import DEFAULT_BACKGROUND_REVALIDATIONS, Background, StaleServing
+from mcpcache.client.telemetry import ClientTelemetry
 from mcpcache.client.tier import DecodedTier, copy_result, hold
 from mcpcache.client.views import view_of
 from mcpcache.etag import CanonicalizationError
 from mcpcache.protocol import META_KEY, conditional_request_meta, parse_cache_block
+from mcpcache.sizes import bytes_saved, result_bytes
 from mcpcache.stores.base import Item, Store, body_checksum
 from mcpcache.stores.opening import TOOLS_FILE, default_store
-from mcpcache.telemetry import annotate_current_span
 
 if TYPE_CHECKING:
     from fastmcp import Client as FastMCPClient
@@ -189,6 +189,8 @@ class ToolCache(StaleServing, Managing):
         change it (a request id): calls differing only in the others share one entry and one request
         (docs/client.md, "Key arguments"). They win over what a server declares in `tools/list`, which is
         believed only when `trusted`. Naming an argument that does change the answer serves wrong answers.
+    tracer_provider, meter_provider: the OpenTelemetry providers for this cache's spans and metrics
+        (docs/observability.md); None (the default): the global ones, once the application sets them.
     """
 
     def __init__(
@@ -212,6 +214,8 @@ class ToolCache(StaleServing, Managing):
         read_only_views: bool = False,
         key_arguments: Mapping[str, Iterable[str]] | None = None,
         ignore_arguments: Mapping[str, Iterable[str]] | None = None,
+        tracer_provider: Any | None = None,
+        meter_provider: Any | None = None,
         clock: Clock = time.time,
     ) -> None:
         if not isinstance(partition, str):
@@ -240,6 +244,7 @@ class ToolCache(StaleServing, Managing):
         self.deltas = deltas
         self.clock = clock
         self.stats = CacheStats()
+        self._telemetry = ClientTelemetry(tracer_provider, meter_provider)
         self._tier = DecodedTier(max_answer_bytes if decoded_tier_bytes is None else decoded_tier_bytes)
         self.read_only_views = read_only_views
         self._deferred = Deferred.of(self.store)
@@ -270,6 +275,7 @@ class ToolCache(StaleServing, Managing):
 
     def _count_store_failure(self) -> None:
         self.stats.store_failures += 1
+        self._telemetry.store_failure(type(self.store).__name__)
 
     def forget_validations(self) -> None:
         """Check stored answers again before serving them, and read the tools' key arguments again (the
@@ -336,6 +342,28 @@ class ToolCache(StaleServing, Managing):
         variant: str = "",
     ) -> tuple[CallToolResult, CallOutcome]:
         """Answer one call, from the cache or the server. Returns the result and what was done."""
+        span = self._telemetry.begin(name)
+        try:
+            if not self._telemetry.own(span):
+                result, outcome = await self._answer(conn, name, arguments, mode, meta, variant)
+            else:
+                with self._telemetry.inside(span):
+                    result, outcome = await self._answer(conn, name, arguments, mode, meta, variant)
+        except BaseException as exc:
+            self._telemetry.failed(span, exc)
+            raise
+        self._telemetry.record(span, conn.server_id, name, outcome)
+        return result, outcome
+
+    async def _answer(
+        self,
+        conn: Connection,
+        name: str,
+        arguments: Mapping[str, Any] | None,
+        mode: CacheMode,
+        meta: Mapping[str, Any] | None,
+        variant: str,
+    ) -> tuple[CallToolResult, CallOutcome]:
         try:
             return await self._execute(conn, name, arguments, mode=mode, meta=meta, variant=variant)
         except Exception as exc:
@@ -461,7 +489,6 @@ class ToolCache(StaleServing, Managing):
         if logger.isEnabledFor(logging.DEBUG):
             server = readable_server(identity.server)
             logger.debug("tool %r on %s: %s (%s)", identity.tool, server, outcome.status, outcome.reason)
-        _annotate_span(identity, outcome)
         return result, outcome
 
     def fresh_hit(
@@ -737,7 +764,7 @@ class ToolCache(StaleServing, Managing):
             case ReturnUnstored():
                 if decision.drop_entry and found is not None:
                     await self._remove(found.key)
-                saved = 0 if patched_by is None else max(len(encode_result(reply)) - patched_by, 0)
+                saved = 0 if patched_by is None else bytes_saved(result_bytes(reply), patched_by)
                 return reply, CallOutcome(status, False, f"{lookup_reason}; {decision.reason}", saved)
             case StoreAnswer():
                 assert encoded is not None
@@ -763,7 +790,7 @@ class ToolCache(StaleServing, Managing):
         self._tier.discard(own)
         item = entry_item(meta, body, self._expires_at(meta), server=readable_server(identity.server))
         await self._deferred.settled(own)
-        saved = 0 if patched_by is None else max(meta.size - patched_by, 0)
+        saved = 0 if patched_by is None else bytes_saved(meta.size, patched_by)
         if patched_by is not None:
             # A patched answer is written after it is returned: the store write is most of what is left of
             # a read after an edit (about 50 ms for a 5 MB notebook on SQLite), and it only feeds later
@@ -844,7 +871,7 @@ class ToolCache(StaleServing, Managing):
             # again in full, the caller meets that check exactly as it would without the cache.
             return "the patched answer fails the client's checks"
         reason = f"{lookup_reason}; {decision.reason}; {made.reason}"
-        reply_bytes = len(encode_result(reply))
+        reply_bytes = result_bytes(reply)
         return await self._keep(
             conn, identity, key, found, decision.then, result, "patched", reason, patched_by=reply_bytes
         )
@@ -887,7 +914,7 @@ class ToolCache(StaleServing, Managing):
         # After the answer is returned: the record only feeds other processes and this process's next lookup
         # of the key (which waits for it), and the store keeps it compare-and-set whenever it lands.
         await self._deferred.start(found.key, record, "recording a revalidation")
-        saved = max(found.entry.size - len(encode_result(reply)), 0)
+        saved = bytes_saved(found.entry.size, result_bytes(reply))
         return result, CallOutcome("revalidated", False, f"{lookup_reason}; {decision.reason}", saved)
 
     async def _after_server_answer(self, conn: Connection, name: str, reply: CallToolResult) -> None:
@@ -901,20 +928,3 @@ class ToolCache(StaleServing, Managing):
 
 _LOOKS_AFTER_A_REPLACEMENT = 3
 """Lookups a call makes while other writers keep replacing the entry under it, before it is a miss."""
-
-
-def _annotate_span(identity: CallIdentity, outcome: CallOutcome) -> None:
-    """What the cache did, on the caller's current span when a tracer records it (nothing otherwise): as
-    attributes (the last call under a span wins) and as one event per call."""
-
-    def attributes() -> dict[str, str | int | bool]:
-        return {
-            "mcpcache.client.outcome": outcome.status,
-            "mcpcache.client.coalesced": outcome.coalesced,
-            "mcpcache.client.stored": outcome.stored,
-            "mcpcache.client.bytes_saved": outcome.bytes_saved,
-            "mcpcache.client.tool": identity.tool,
-            "mcpcache.client.server": readable_server(identity.server),
-        }
-
-    annotate_current_span(attributes, event="mcpcache.client.tool_call")

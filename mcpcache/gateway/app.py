@@ -208,22 +208,39 @@ def build_gateway(
     store: Store | None = None,
     environ: Mapping[str, str] | None = None,
     hold_upstream_stderr: bool = False,
+    tracer_provider: Any | None = None,
+    meter_provider: Any | None = None,
 ) -> Gateway:
     """The gateway. `store`: the shared store (None: tags and not-modified replies only).
-    `hold_upstream_stderr`: see `upstream_of`."""
+    `hold_upstream_stderr`: see `upstream_of`. `tracer_provider`, `meter_provider`: see `assemble_gateway`."""
     env = os.environ if environ is None else environ
     upstreams = [
         upstream_of(name, settings, env, hold_stderr=hold_upstream_stderr)
         for name, settings in config.upstreams.items()
     ]
-    server = assemble_gateway(config, upstreams, store=store, auth=build_auth(config.auth, env))
+    server = assemble_gateway(
+        config,
+        upstreams,
+        store=store,
+        auth=build_auth(config.auth, env),
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
+    )
     return Gateway(server, upstreams, store)
 
 
 def assemble_gateway(
-    config: GatewayConfig, upstreams: Sequence[Upstream], *, store: Store | None, auth: TokenVerifier | None
+    config: GatewayConfig,
+    upstreams: Sequence[Upstream],
+    *,
+    store: Store | None,
+    auth: TokenVerifier | None,
+    tracer_provider: Any | None = None,
+    meter_provider: Any | None = None,
 ) -> FastMCP[Any]:
-    """The gateway over upstreams already reachable (`build_gateway` makes them from the configuration)."""
+    """The gateway over upstreams already reachable (`build_gateway` makes them from the configuration).
+    `tracer_provider`, `meter_provider`: the OpenTelemetry providers for its spans and counters
+    (docs/observability.md); None: the global ones, once the application sets them."""
     for _, why in config.clashes():
         raise ValueError(why)
     # The gateway answers discovery itself (FastMCP's ProxyMetadataMiddleware would ask the upstream during
@@ -246,6 +263,8 @@ def assemble_gateway(
             decoded_bytes=store_settings.decoded_bytes if store_settings else DEFAULT_DECODED_BYTES,
             partitions=store_settings.partitions if store_settings else DEFAULT_PARTITIONS,
             max_answer_bytes=store_settings.max_answer_bytes if store_settings else DEFAULT_MAX_ANSWER_BYTES,
+            tracer_provider=tracer_provider,
+            meter_provider=meter_provider,
         )
         history_bytes = store_settings.delta_history_bytes if store_settings else DEFAULT_HISTORY_BYTES
         if history_bytes > 0:
@@ -254,7 +273,12 @@ def assemble_gateway(
             )
             deltas = GatewayDeltas(history)
     middleware = GatewayMiddleware(
-        routes, caches=caches, partition_by=config.auth.partition_by, meta_key=meta_key, deltas=deltas
+        routes,
+        caches=caches,
+        partition_by=config.auth.partition_by,
+        meta_key=meta_key,
+        deltas=deltas,
+        meter_provider=meter_provider,
     )
     server.middleware.insert(0, middleware)
     server.middleware.insert(0, ReleaseMemoryAfterLargeAnswers())

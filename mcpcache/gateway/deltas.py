@@ -26,6 +26,7 @@ from mcpcache.gateway.history import THREAD_FROM_BYTES, CallKey, StoreHistory
 from mcpcache.protocol import Conditions, DeltaReply, Scope
 from mcpcache.server.decisions import (
     AfterBody,
+    Answer,
     AnswerNotModified,
     SendAsIs,
     SendDelta,
@@ -33,6 +34,7 @@ from mcpcache.server.decisions import (
     Stamp,
     TryDelta,
     plan_delta,
+    saved_by,
 )
 from mcpcache.server.deltas import delta_choice
 from mcpcache.server.policies import CachePolicy
@@ -51,7 +53,8 @@ class DeltaCounters:
     declined: int = 0
     """Requests that accepted a delta and got the full answer (the DEBUG log says why)."""
     bytes_saved: int = 0
-    """The summed size of the full answers not sent, less the deltas sent instead."""
+    """The bytes the delta replies saved (`mcpcache.sizes`: each full answer less the delta reply sent
+    instead, both as the wire carries them)."""
 
 
 @dataclass
@@ -147,9 +150,15 @@ class GatewayDeltas:
 
         choice = await anyio.to_thread.run_sync(work) if (size or 0) >= THREAD_FROM_BYTES else work()
         match choice:
-            case SendDelta(reply=reply, size=ops_size, reason=why):
+            case SendDelta(reply=reply, reason=why):
                 self.counters.sent += 1
-                self.counters.bytes_saved += max(0, (size or 0) - ops_size)
+                full = Answer(result.content, result.structured_content, result.is_error, result.meta)
+
+                def saved() -> int:
+                    return saved_by(reply, full, meta_key)
+
+                large = (size or 0) >= THREAD_FROM_BYTES  # measuring serialises the answer once
+                self.counters.bytes_saved += await anyio.to_thread.run_sync(saved) if large else saved()
                 logger.debug("tool %r: %s", name, why)
                 return reply
             case SendFull(reason=why):

@@ -60,6 +60,7 @@ from mcpcache.gateway.decisions import (
 )
 from mcpcache.gateway.deltas import GatewayDeltas
 from mcpcache.gateway.front import FrontHit, FrontTier, front_key
+from mcpcache.gateway.telemetry import GatewayTelemetry
 from mcpcache.protocol import (
     META_KEY,
     NO_CONDITIONS,
@@ -110,8 +111,14 @@ class PartitionCaches:
         keep_stale_s: float = DEFAULT_KEEP_STALE_S,
         max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
         clock: Callable[[], float] = time.monotonic,
+        tracer_provider: Any | None = None,
+        meter_provider: Any | None = None,
     ) -> None:
+        """`tracer_provider`, `meter_provider`: the OpenTelemetry providers of the partitions' caches (None:
+        the global ones, once set)."""
         self.store = store
+        self.tracer_provider = tracer_provider
+        self.meter_provider = meter_provider
         self.meta_key = meta_key
         self.decoded_bytes = decoded_bytes
         self.max_answer_bytes = max_answer_bytes
@@ -141,6 +148,8 @@ class PartitionCaches:
                 # The gateway hands the stale windows on to its callers' caches, which serve stale themselves;
                 # serving stale here would hand a stale answer on as if it were fresh, with a fresh ttl.
                 serve_stale=False,
+                tracer_provider=self.tracer_provider,
+                meter_provider=self.meter_provider,
             )
             self._caches[partition] = cache
         return cache
@@ -277,25 +286,32 @@ class _Leg:
         call_next: CallNext[mt.CallToolRequestParams, ToolResult],
         front: FastMCPRequestContext | None,
         meta_key: str,
+        telemetry: GatewayTelemetry,
     ) -> None:
         self.route = route
         self.context = context
         self.call_next = call_next
         self.front = front
         self.meta_key = meta_key
+        self.telemetry = telemetry
+        self.full: Answer | None = None
+        """The whole answer the caller's reply stands for, once the gateway holds one (for the counters)."""
 
     async def upstream(self, tag: str | None) -> ToolResult:
         """The upstream's answer to the call, sent with `tag` as its only cache block (or none)."""
         if self.front is None:
-            return await self.call_next(self.context)
-        meta = {key: value for key, value in (self.front.meta or {}).items() if key != self.meta_key}
-        if tag is not None:
-            meta.update(conditional_request_meta(tag, self.meta_key))
-        bound = fastmcp_request_ctx.set(dataclasses.replace(self.front, meta=meta or None))
-        try:
-            return await self.call_next(self.context)
-        finally:
-            fastmcp_request_ctx.reset(bound)
+            result = await self.call_next(self.context)
+        else:
+            meta = {key: value for key, value in (self.front.meta or {}).items() if key != self.meta_key}
+            if tag is not None:
+                meta.update(conditional_request_meta(tag, self.meta_key))
+            bound = fastmcp_request_ctx.set(dataclasses.replace(self.front, meta=meta or None))
+            try:
+                result = await self.call_next(self.context)
+            finally:
+                fastmcp_request_ctx.reset(bound)
+        self.telemetry.received(self.route, result)
+        return result
 
     async def fetch(self, forwarded: str | None) -> _Fetched:
         """The upstream's answer to the call sent with `forwarded` (a tag of the caller's or the store's, or
@@ -335,6 +351,7 @@ class _Leg:
         match fetched:
             case _Whole(result=result, answer=answer, policy=policy, tag=tag):
                 name = self.route.public_name
+                self.full = answer
                 return self.apply(
                     decide_after_body(name, policy, requested, tag, answer, meta_key=self.meta_key), result
                 )
@@ -437,13 +454,16 @@ class GatewayMiddleware(Middleware):
         partition_by: PartitionBy = "principal",
         meta_key: str = META_KEY,
         deltas: GatewayDeltas | None = None,
+        meter_provider: Any | None = None,
     ) -> None:
-        """`deltas`: the delta replies, with their history in the store `caches` use (None: none sent)."""
+        """`deltas`: the delta replies, with their history in the store `caches` use (None: none sent).
+        `meter_provider`: the OpenTelemetry meter provider to count on (None: the global one, once set)."""
         self.routes = dict(routes)
         self.caches = caches
         self.partition_by: PartitionBy = partition_by
         self.meta_key = meta_key
         self.deltas = deltas if caches is not None else None
+        self.telemetry = GatewayTelemetry(meter_provider, meta_key=meta_key)
         self._declared: dict[str, dict[str, Any]] = {}
         """By upstream identity, the key arguments its routes declare, by the upstream's tool name."""
         for route in self.routes.values():
@@ -484,18 +504,20 @@ class GatewayMiddleware(Middleware):
         settings = route.settings
         conditions = read_conditions(front.meta if front else None, self.meta_key) if settings.etag else NO_CONDITIONS
         requested = conditions.etag
-        leg = _Leg(route, context, call_next, front, self.meta_key)
+        leg = _Leg(route, context, call_next, front, self.meta_key, self.telemetry)
         plan = decide_store(self.caches is not None, partition_of(current_principal(), self.partition_by), settings)
         logger.debug("tool %r: %s", route.public_name, plan.reason)
         match plan:
             case Direct():
-                return await leg.answer(requested)
+                reply = await leg.answer(requested)
             case UseStore(partition=partition):
                 assert self.caches is not None
                 era = route.era or (front.protocol_version if front is not None else "unknown")
-                return await self._through_store(leg, partition, era, conditions)
+                reply = await self._through_store(leg, partition, era, conditions)
             case _:
                 assert_never(plan)
+        self.telemetry.sent(route, reply, leg.full)
+        return reply
 
     async def _through_store(self, leg: _Leg, partition: str, era: str, conditions: Conditions) -> ToolResult:
         caches = self.caches
@@ -554,6 +576,7 @@ class GatewayMiddleware(Middleware):
             stale_if_error_ms=block.stale_if_error_ms or 0,
         )
         answer = Answer(result.content, result.structured_content, False, result.meta)
+        leg.full = answer
         after = decide_after_body(route.public_name, policy, requested, block.etag, answer, meta_key=self.meta_key)
         if self.deltas is not None:
             arguments = leg.context.message.arguments

@@ -19,10 +19,12 @@ framework converts its return value), which may answer it from a cheaper exact f
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
+import orjson
+from mcp_types import TextContent
 from pydantic import BaseModel
 
 from mcpcache.protocol import (
@@ -37,16 +39,19 @@ from mcpcache.protocol import (
 )
 from mcpcache.server.history import PUBLIC, Partition, StructuredInText
 from mcpcache.server.policies import CachePolicy
+from mcpcache.sizes import answer_bytes, bytes_saved, text_json_bytes
 
 __all__ = [
     "AfterBody",
     "Answer",
     "AnswerNotModified",
+    "AnswerSizes",
     "BeforeBody",
     "BelowTagging",
     "DeltaChoice",
     "DeltaPlan",
     "NotAnAnswer",
+    "Reply",
     "RunBody",
     "SendAsIs",
     "SendDelta",
@@ -62,6 +67,7 @@ __all__ = [
     "needs_content_tag",
     "not_modified_kind",
     "plan_delta",
+    "saved_by",
     "validator_matches",
 ]
 
@@ -78,6 +84,41 @@ class Answer:
     structured_content: Any
     is_error: bool
     meta: Mapping[str, Any] | None = None
+
+
+class Reply(Protocol):
+    """A reply sent in place of an answer, in any model that has a result's parts (the reply models, a
+    framework's result)."""
+
+    @property
+    def content(self) -> Sequence[Any]: ...
+    @property
+    def structured_content(self) -> Any: ...
+    @property
+    def meta(self) -> Mapping[str, Any] | None: ...
+
+
+def saved_by(reply: Reply, answer: Answer, meta_key: str = META_KEY) -> int:
+    """The bytes `reply` saved in place of `answer` (`mcpcache.sizes`): the answer as it would have gone,
+    stamped with the reply's block less what makes it a reply (`notModified`, `delta`), less the reply."""
+    return bytes_saved(full_answer_bytes(reply, answer, meta_key), reply_bytes(reply))
+
+
+def full_answer_bytes(reply: Reply, answer: Answer, meta_key: str = META_KEY) -> int:
+    """The length of `answer` as it would have gone in place of `reply`, stamped with `reply`'s block less
+    what makes it a reply."""
+    meta = dict(answer.meta or {})
+    block = (reply.meta or {}).get(meta_key)
+    if isinstance(block, Mapping):
+        meta[meta_key] = {key: value for key, value in block.items() if key not in _REPLY_ONLY}
+    return answer_bytes(answer.content, answer.structured_content, answer.is_error, meta)
+
+
+def reply_bytes(reply: Reply) -> int:
+    return answer_bytes(reply.content, reply.structured_content, False, reply.meta)
+
+
+_REPLY_ONLY = frozenset({"notModified", "delta"})
 
 
 # Decisions before the body ------------------------------------------------------------------------
@@ -358,8 +399,12 @@ class BelowTagging:
     reason: str = "no tag computed below the adapter"
     size: int | None = None
     """The length of the bytes `tag` was computed from, when the caller says."""
+    saved: int | None = None
+    """On a match, the bytes the reply saved (`saved_by`), when the layer below could measure the answer."""
     converted: bool = False
     """Whether the framework had already converted the answer when `decide` was called."""
+    sizes: AnswerSizes = field(default_factory=lambda: AnswerSizes(kept=1))
+    """Where the sizes of answers matched are kept (the driver's, shared by its calls)."""
     structured_in_text: StructuredInText = None
     """Set when the answer's one text block is, by the framework's own construction, the JSON of its
     structured content ("plain"), or of the value it wraps under `result` ("wrapped"): the history then
@@ -383,6 +428,52 @@ class BelowTagging:
             self.reply = after.reply
             return after.reply
         return None
+
+    def measure(self, answer: Answer) -> None:
+        """After a match: the answer that was not sent, as the framework would have sent it."""
+        reply, tag = self.reply, self.tag
+        if reply is not None and tag is not None:
+            self.saved = self.sizes.saved(
+                tag, reply, lambda: full_answer_bytes(reply, answer, self.meta_key), self.meta_key
+            )
+
+    def measure_text_json(self, value: dict[str, Any]) -> None:
+        """After a match: the answer the framework would have made of `value`, a dict of exact JSON types
+        (one text block holding its compact JSON, the same JSON as structured content, no `_meta` of its
+        own), measured without making it."""
+        reply, tag = self.reply, self.tag
+        if reply is None or tag is None:
+            return
+
+        def full() -> int:
+            data = orjson.dumps(value)
+            # The answer with `{}` for the dict: its bytes, less the placeholder, plus the JSON twice (as
+            # structured content, and escaped in the text block).
+            shell = Answer([TextContent(type="text", text="")], {}, False)
+            return full_answer_bytes(reply, shell, self.meta_key) - 2 + len(data) + text_json_bytes(data)
+
+        self.saved = self.sizes.saved(tag, reply, full, self.meta_key)
+
+
+class AnswerSizes:
+    """The size of the full answer sent under each tag with each cache block, measured once: a tag names a
+    version, so a version matched again is not serialised again only to be counted (a measure costs about
+    what hashing the answer did). The oldest go first past `kept`."""
+
+    def __init__(self, kept: int = 4096) -> None:
+        self._kept = kept
+        self._sizes: dict[tuple[str, bytes], int] = {}
+
+    def saved(self, tag: str, reply: Reply, measure: Callable[[], int], meta_key: str = META_KEY) -> int:
+        """What `reply` saved in place of the answer under `tag`, which `measure()` measures if need be."""
+        key = (tag, orjson.dumps((reply.meta or {}).get(meta_key)))
+        full = self._sizes.get(key)
+        if full is None:
+            full = measure()
+            if len(self._sizes) >= self._kept:
+                del self._sizes[next(iter(self._sizes))]
+            self._sizes[key] = full
+        return bytes_saved(full, reply_bytes(reply))
 
 
 @dataclass(frozen=True)

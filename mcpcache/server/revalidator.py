@@ -5,7 +5,8 @@ run the body and read its result); `Revalidator.run` hands what it finds to the 
 (`mcpcache.server.decisions`) and returns an `Outcome` telling the adapter what to send: the body's result
 untouched (`PassThrough`), the result with a cache block merged into its `_meta` (`Stamped`), a
 not-modified reply (`NotModified`) or a delta reply (`DeltaSent`). Each outcome is counted in the
-driver's `ServerStats`, set on the current OpenTelemetry span (`telemetry`), and its reason logged.
+driver's `ServerStats`, set on the current OpenTelemetry span and counted on its meter (`telemetry`), and
+its reason logged.
 
 Every stamped full answer (and every delta's new answer) is recorded in the driver's `AnswerHistory`
 under its tag, so that a later call holding that tag can be sent the change only.
@@ -25,7 +26,7 @@ import orjson
 
 from mcpcache import delta
 from mcpcache.canonical import canonical_json
-from mcpcache.etag import CanonicalizationError, answer_digest, content_tag_sized, validator_tag
+from mcpcache.etag import CanonicalizationError, answer_digest, content_tag, validator_tag
 from mcpcache.protocol import (
     META_KEY,
     NO_CONDITIONS,
@@ -36,10 +37,10 @@ from mcpcache.protocol import (
     answer_kind,
     read_conditions,
 )
-from mcpcache.server import telemetry
 from mcpcache.server.decisions import (
     Answer,
     AnswerNotModified,
+    AnswerSizes,
     BelowTagging,
     DeltaChoice,
     NotAnAnswer,
@@ -52,6 +53,7 @@ from mcpcache.server.decisions import (
     TryDelta,
     decide_after_body,
     decide_before_body,
+    full_answer_bytes,
     history_partition,
     needs_content_tag,
     plan_delta,
@@ -69,6 +71,8 @@ from mcpcache.server.history import (
     version_of,
 )
 from mcpcache.server.policies import CachePolicy, ToolPolicies
+from mcpcache.server.telemetry import Outcome as Reported
+from mcpcache.server.telemetry import ServerTelemetry
 
 __all__ = [
     "DeltaSent",
@@ -116,21 +120,21 @@ class NotModified:
     """Send `reply` instead of the answer.
 
     `body_ran`: False when a validator matched and the body never ran. `converted`: False when the tag
-    was computed below the adapter and the answer was never built. `size`: the length of the answer's
-    hashed form (what was not sent), when known.
+    was computed below the adapter and the answer was never built. `saved`: the bytes the reply saved
+    (`mcpcache.sizes`), when the answer was measured (never when the body did not run).
     """
 
     reply: NotModifiedReply
     body_ran: bool
     reason: str
     converted: bool = True
-    size: int | None = None
+    saved: int | None = None
 
 
 @dataclass(frozen=True)
 class DeltaSent:
     """Send `reply` (a delta reply) instead of the answer. `size`: the length of the ops' JSON; `saved`:
-    the answer's size as the history measured it, less `size`."""
+    the bytes the reply saved (`mcpcache.sizes`)."""
 
     reply: DeltaReply
     reason: str
@@ -173,9 +177,9 @@ class ServerStats:
     deltas_sent: int = 0
     """Delta replies sent: the answer changed, and only the change went."""
     bytes_saved: int = 0
-    """The summed size of the answers not sent, where known: for a not-modified reply, the canonical (or
-    raw) bytes its tag was computed from (nothing when the body never ran: the size is not known); for a
-    delta, the answer's size as the history measured it less the delta's."""
+    """The bytes not sent, where known (`mcpcache.sizes`: the full answer less the reply sent in its place,
+    both as the wire carries them), over not-modified and delta replies. A not-modified reply whose body
+    never ran (a validator matched) adds nothing: the answer was never made, so its size is not known."""
 
     def snapshot(self) -> ServerStats:
         """A copy that later calls do not change."""
@@ -293,14 +297,23 @@ class Revalidator:
     """The server half's driver: runs validators, the body and the hash when told to, never decides."""
 
     def __init__(
-        self, policies: ToolPolicies, *, meta_key: str = META_KEY, delta_history_bytes: int = DEFAULT_HISTORY_BYTES
+        self,
+        policies: ToolPolicies,
+        *,
+        meta_key: str = META_KEY,
+        delta_history_bytes: int = DEFAULT_HISTORY_BYTES,
+        meter_provider: Any | None = None,
     ) -> None:
-        """`delta_history_bytes`: the bound of the history of answers sent (0: none kept, no deltas)."""
+        """`delta_history_bytes`: the bound of the history of answers sent (0: none kept, no deltas).
+        `meter_provider`: the OpenTelemetry meter provider to count on (None: the global one, once set)."""
         if isinstance(delta_history_bytes, bool) or not isinstance(delta_history_bytes, int):
             raise TypeError("delta_history_bytes must be an int of bytes")
         self.policies = policies
         self.meta_key = meta_key
         self.stats = ServerStats()
+        self.telemetry = ServerTelemetry(meter_provider)
+        self.sizes = AnswerSizes()
+        """The sizes of the answers not sent, by tag and block (for `bytes_saved`)."""
         self.history = AnswerHistory(delta_history_bytes) if delta_history_bytes > 0 else None
         self.delta_formats: tuple[str, ...] = (delta.FORMAT,) if self.history is not None else ()
         """The delta formats this server sends (advertised in the extension's settings)."""
@@ -335,23 +348,29 @@ class Revalidator:
             logger.warning("tool %r: validator value has no canonical form (%s)", tool, exc)
             return None
 
-    def _answer_tag(self, tool: str, answer: Answer) -> tuple[str | None, int | None]:
+    def _answer_tag(self, tool: str, answer: Answer) -> str | None:
         try:
-            return content_tag_sized(answer.content, answer.structured_content, answer.meta, meta_key=self.meta_key)
+            return content_tag(answer.content, answer.structured_content, answer.meta, meta_key=self.meta_key)
         except CanonicalizationError as exc:
             logger.warning("tool %r: answer has no canonical form (%s); sent without a tag", tool, exc)
-            return None, None
+            return None
+
+    def _saved(self, tag: str | None, reply: NotModifiedReply | DeltaReply, answer: Answer) -> int:
+        def measure() -> int:
+            return full_answer_bytes(reply, answer, self.meta_key)
+
+        return measure() if tag is None else self.sizes.saved(tag, reply, measure, self.meta_key)
 
     def _record_error(self, tool: str, reason: str) -> None:
         self.stats.errors_passed += 1
-        telemetry.annotate(tool, "error")
+        self.telemetry.record(tool, "error")
         logger.debug("tool %r: error: %s", tool, reason)
 
     def _record(self, tool: str, outcome: Outcome[R], *, is_error: bool = False) -> Outcome[R]:
         """Count the outcome, put it on the current span, and log its reason."""
         stats = self.stats
-        kind: telemetry.Outcome
-        size: int | None = None
+        kind: Reported
+        saved: int | None = None
         match outcome:
             case Stamped(delta_declined=declined):
                 stats.stamped += 1
@@ -361,9 +380,8 @@ class Revalidator:
             case DeltaSent(saved=saved):
                 stats.deltas_sent += 1
                 stats.bytes_saved += saved
-                size = saved
                 kind = "delta"
-            case NotModified(body_ran=body_ran, converted=converted, size=size):
+            case NotModified(body_ran=body_ran, converted=converted, saved=saved):
                 stats.not_modified += 1
                 if not body_ran:
                     stats.body_skipped += 1
@@ -373,8 +391,8 @@ class Revalidator:
                     kind = "conversion_skipped"
                 else:
                     kind = "not_modified"
-                if size is not None:
-                    stats.bytes_saved += size
+                if saved is not None:
+                    stats.bytes_saved += saved
             case PassThrough():
                 if is_error:
                     stats.errors_passed += 1
@@ -384,7 +402,7 @@ class Revalidator:
                     kind = "passed_through"
             case _:
                 assert_never(outcome)
-        telemetry.annotate(tool, kind, size)
+        self.telemetry.record(tool, kind, saved)
         logger.debug("tool %r: %s: %s", tool, kind, outcome.reason)
         return outcome
 
@@ -449,7 +467,7 @@ class Revalidator:
         below: BelowTagging | None = None
         try:
             if call.tags_below and policy.etag and pre_tag is None:
-                below = BelowTagging(tool, policy, requested, self.meta_key)
+                below = BelowTagging(tool, policy, requested, self.meta_key, sizes=self.sizes)
                 result = await call.run_body_tagged(below)
             else:
                 result = await call.run_body()
@@ -464,7 +482,9 @@ class Revalidator:
                 self._confirmed(call, policy, args, requested)
                 return self._record(
                     tool,
-                    NotModified(below.reply, body_ran=True, reason=reason, converted=below.converted, size=below.size),
+                    NotModified(
+                        below.reply, body_ran=True, reason=reason, converted=below.converted, saved=below.saved
+                    ),
                 )
             logger.debug("tool %r: below the adapter: %s", tool, below.reason)
         read = call.read_answer(result)
@@ -475,14 +495,14 @@ class Revalidator:
         if not answer.is_error:
             self._structured_seen[tool] = answer.structured_content is not None
             self._kind_seen[tool] = answer_kind(answer.structured_content)
-        tag, size = pre_tag, None
+        tag = pre_tag
         facts = _Facts(from_answer=pre_tag is None)
         if needs_content_tag(policy, pre_tag, answer):
             if below is not None and below.tag is not None:
-                tag, size = below.tag, below.size
+                tag = below.tag
                 facts = _Facts(from_answer=True, structured_in_text=below.structured_in_text)
             else:
-                tag, size = self._answer_tag(tool, answer)
+                tag = self._answer_tag(tool, answer)
         after = decide_after_body(tool, policy, requested, tag, answer, meta_key=self.meta_key)
         match after:
             case SendAsIs(reason=reason):
@@ -492,7 +512,8 @@ class Revalidator:
                 return self._record(tool, sent)
             case AnswerNotModified(reply=reply, reason=reason):
                 self._confirmed(call, policy, args, requested)
-                return self._record(tool, NotModified(reply, body_ran=True, reason=reason, size=size))
+                saved = self._saved(tag, reply, answer)
+                return self._record(tool, NotModified(reply, body_ran=True, reason=reason, saved=saved))
             case _:
                 assert_never(after)
 
@@ -570,8 +591,7 @@ class Revalidator:
                 assert_never(plan)
         match choice:
             case SendDelta(reply=reply, size=size, reason=why):
-                saved = max(0, (version.json_size if version is not None else 0) - size)
-                return DeltaSent(reply, why, size=size, saved=saved)
+                return DeltaSent(reply, why, size=size, saved=self._saved(tag, reply, answer))
             case SendFull(reason=why):
                 return Stamped(result, block, f"{reason}; full answer: {why}", delta_declined=True)
             case _:

@@ -94,7 +94,8 @@ class _SDKCall:
 class RevalidationExtension(Extension):
     """Stamps the answers of the tools `policies` declares, answers not-modified to current tags and with
     the change only to older tags it still holds the answer of. `delta_history_bytes` bounds the memory
-    kept for those deltas (64 MiB by default; 0 keeps nothing and sends no deltas)."""
+    kept for those deltas (64 MiB by default; 0 keeps nothing and sends no deltas). `meter_provider`: the
+    OpenTelemetry meter provider it counts on (None: the global one, once the application sets it)."""
 
     identifier = EXTENSION_ID
 
@@ -104,10 +105,13 @@ class RevalidationExtension(Extension):
         *,
         meta_key: str = META_KEY,
         delta_history_bytes: int = DEFAULT_HISTORY_BYTES,
+        meter_provider: Any | None = None,
     ) -> None:
         if not isinstance(policies, ToolPolicies):
             policies = ToolPolicies(policies)
-        self.revalidator = Revalidator(policies, meta_key=meta_key, delta_history_bytes=delta_history_bytes)
+        self.revalidator = Revalidator(
+            policies, meta_key=meta_key, delta_history_bytes=delta_history_bytes, meter_provider=meter_provider
+        )
         self.meta_key = meta_key
 
     @property

@@ -48,12 +48,15 @@ def gateway_over(
     *,
     store: Store | None = None,
     server_id: str = "test:upstream",
+    **telemetry: Any,
 ) -> FastMCP[Any]:
-    """The gateway (the real FastMCP proxy and middleware) over an upstream served in this process."""
+    """The gateway (the real FastMCP proxy and middleware) over an upstream served in this process.
+    `telemetry`: its `tracer_provider` and `meter_provider`, if any."""
     settings = UpstreamSettings(url="http://upstream.invalid/mcp", tools=dict(tools))
     config = GatewayConfig(upstreams={"up": settings})
     base: ProxyClient[Any] = ProxyClient(upstream)
-    return assemble_gateway(config, [Upstream("up", settings, server_id, base.new, None)], store=store, auth=None)
+    upstreams = [Upstream("up", settings, server_id, base.new, None)]
+    return assemble_gateway(config, upstreams, store=store, auth=None, **telemetry)
 
 
 def demo_command(notebook_dir: Path) -> list[str]:

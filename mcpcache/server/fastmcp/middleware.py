@@ -54,11 +54,14 @@ class RevalidationMiddleware(Middleware):
         validators: Mapping[str, Validator] | None = None,
         meta_key: str = META_KEY,
         delta_history_bytes: int = DEFAULT_HISTORY_BYTES,
+        meter_provider: Any | None = None,
     ) -> None:
         if not isinstance(policies, ToolPolicies):
             policies = ToolPolicies(policies)
         self.declarations = ToolDeclarations(policies, validators, meta_key=meta_key)
-        self.revalidator = Revalidator(policies, meta_key=meta_key, delta_history_bytes=delta_history_bytes)
+        self.revalidator = Revalidator(
+            policies, meta_key=meta_key, delta_history_bytes=delta_history_bytes, meter_provider=meter_provider
+        )
         self.meta_key = meta_key
         self._checked = False
 
@@ -243,6 +246,7 @@ def install(
     meta_key: str = META_KEY,
     raw_tags: bool = True,
     delta_history_bytes: int = DEFAULT_HISTORY_BYTES,
+    meter_provider: Any | None = None,
 ) -> RevalidationMiddleware:
     """Add the middleware as the outermost one, the raw-value tag transform, and advertise the extension.
 
@@ -251,10 +255,15 @@ def install(
     `validators` gives tools, by name, the function that names the version of what they read.
     Returns the middleware (its `stats` count what it did). `raw_tags=False` leaves the transform out
     (every tag is then a content tag). `delta_history_bytes` bounds the memory kept for delta replies
-    (64 MiB by default; 0 keeps nothing and sends no deltas).
+    (64 MiB by default; 0 keeps nothing and sends no deltas). `meter_provider`: the OpenTelemetry meter
+    provider the middleware counts on (None: the global one, once the application sets it).
     """
     middleware = RevalidationMiddleware(
-        policies, validators=validators, meta_key=meta_key, delta_history_bytes=delta_history_bytes
+        policies,
+        validators=validators,
+        meta_key=meta_key,
+        delta_history_bytes=delta_history_bytes,
+        meter_provider=meter_provider,
     )
     server.middleware.insert(0, middleware)
     if raw_tags:

@@ -37,7 +37,7 @@ from mcpcache.etag import (
     raw_json_tag,
     raw_tag_sized,
 )
-from mcpcache.server.decisions import BelowTagging
+from mcpcache.server.decisions import Answer, BelowTagging
 from mcpcache.server.fastmcp.answers import READDRESSED, readdressed_above_middleware
 from mcpcache.server.fastmcp.declarations import ToolDeclarations
 from mcpcache.server.policies import ToolPolicies
@@ -214,6 +214,7 @@ def _raw_tagged_result(tool: FunctionTool, raw_value: Any) -> ToolResult:
             tagging.reason = "the tool's ToolResult has no canonical form"
             return raw_value
         reply = tagging.decide(tag, raw_value.structured_content, is_error=raw_value.is_error, size=size)
+        tagging.measure(Answer(raw_value.content, raw_value.structured_content, raw_value.is_error, raw_value.meta))
     else:
         domain = raw_tag_domain(tool)
         applies, structured = _sent_structured(tool, tool.return_type, raw_value)
@@ -231,6 +232,10 @@ def _raw_tagged_result(tool: FunctionTool, raw_value: Any) -> ToolResult:
             # Not exact (a dataclass, a tuple): what FastMCP makes of it may still be, so tag that.
             return _converted_then_tagged(tool, tagging, domain, raw_value)
         reply = tagging.decide(tag, structured, size=size)
+        if reply is not None and structured is raw_value and _annotation_name(tool.return_type) in _SERIALISED_AS_ANY:
+            # FastMCP would have written the dict as its JSON twice (text and structured content): measured
+            # from that JSON, once per version (a second serialisation only to count bytes is not cheap).
+            tagging.measure_text_json(raw_value)
     if reply is not None:
         return ToolResult(content=[], structured_content=reply.structured_content, meta=reply.meta)
     return raw_value if isinstance(raw_value, ToolResult) else _converted(tool, tagging, raw_value)
@@ -286,6 +291,7 @@ def _converted_then_tagged(tool: FunctionTool, tagging: BelowTagging, domain: by
             return result
     reply = tagging.decide(tag, result.structured_content, size=size)
     if reply is not None:
+        tagging.measure(Answer(result.content, result.structured_content, result.is_error, result.meta))
         return ToolResult(content=[], structured_content=reply.structured_content, meta=reply.meta)
     return result
 

@@ -1,0 +1,153 @@
+"""How `ToolCache` keeps an answer that came from the server: the size bound, the entry it stores, the
+compare-and-set save, the decoded copy it holds, and the write behind a patched answer.
+
+A base class of `ToolCache` (`mcpcache.client.cache`), kept apart so that the driver's module holds the
+decisions' order and this one what one stored answer costs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from typing import assert_never
+
+from mcp_types import CallToolResult
+
+from mcpcache.client.contracts import Connection
+from mcpcache.client.entries import Found, encode_entry, entry_item, stored_size_at_least
+from mcpcache.client.keys import CallIdentity, readable_server
+from mcpcache.client.managing import Managing
+from mcpcache.client.outcomes import CacheStats, CallOutcome, Status
+from mcpcache.client.policy import EntryMeta, ReturnUnstored, StoreAnswer, decide_size, ends_freshness, store_arm
+from mcpcache.client.tier import copy_result, hold
+from mcpcache.protocol import parse_cache_block
+from mcpcache.sizes import bytes_saved, result_bytes
+from mcpcache.stores.base import Item, body_checksum
+
+__all__ = ["Keeping"]
+
+logger = logging.getLogger("mcpcache.client")
+
+
+class Keeping(Managing):
+    """Keeping answers, over the state `ToolCache` sets up."""
+
+    stats: CacheStats
+    meta_key: str
+    trusted: bool
+    read_only_views: bool
+    keep_stale_s: float
+    max_answer_bytes: int
+
+    def _expires_at(self, meta: EntryMeta) -> float:
+        """When the store may drop the entry, on the store's clock (which judges it), not the cache's."""
+        keep = max(self.keep_stale_s if meta.etag is not None else 0.0, meta.servable_stale_s())
+        return self.store.now() + max(meta.fresh_until() - self.clock(), 0.0) + keep
+
+    async def _keep(
+        self,
+        conn: Connection,
+        identity: CallIdentity,
+        private_key: str,
+        found: Found | None,
+        decision: StoreAnswer | ReturnUnstored,
+        reply: CallToolResult,
+        status: Status,
+        lookup_reason: str,
+        *,
+        patched_by: int | None = None,
+    ) -> tuple[CallToolResult, CallOutcome]:
+        """Return `reply` and keep it as `decision` says. `patched_by`: `reply` was built from a delta reply
+        of that many bytes (what it saved is the answer's bytes less those)."""
+        await self._after_server_answer(conn, identity.tool, reply)
+        encoded = None
+        if isinstance(decision, StoreAnswer):
+            # What is certainly too large is known without encoding it; anything else, once encoded.
+            too_large = decide_size(stored_size_at_least(reply), self.max_answer_bytes, at_least=True)
+            if too_large is None:
+                encoded = encode_entry(reply)
+                too_large = decide_size(len(encoded.body), self.max_answer_bytes)
+            decision = too_large or decision
+        match decision:
+            case ReturnUnstored():
+                if decision.drop_entry and found is not None:
+                    await self._remove(found.key)
+                saved = 0 if patched_by is None else bytes_saved(result_bytes(reply), patched_by)
+                return reply, CallOutcome(status, False, f"{lookup_reason}; {decision.reason}", saved)
+            case StoreAnswer():
+                assert encoded is not None
+            case _:
+                assert_never(decision)
+        body = encoded.body
+        stored_bytes = len(body) if len(body) != encoded.size else 0
+        marks = (identity.mark_key(), identity.call_mark_key())
+        meta = replace(
+            decision.meta,
+            size=encoded.size,
+            stored=stored_bytes,
+            arguments=identity.readable_arguments(),
+            marks=marks,
+            era=identity.era,
+        )
+        arm = store_arm(meta.scope, self.share_public)
+        own = private_key if arm == "private" else identity.key("public", share_public=True)
+        if arm == "public":
+            await self._remove(private_key)  # the partition's own copy would shadow the shared one
+        elif found is not None and found.key != own:
+            await self._remove(found.key)
+        self._tier.discard(own)
+        item = entry_item(meta, body, self._expires_at(meta), server=readable_server(identity.server))
+        await self._deferred.settled(own)
+        saved = 0 if patched_by is None else bytes_saved(meta.size, patched_by)
+        if patched_by is not None:
+            # A patched answer is written after it is returned: the store write is most of what is left of
+            # a read after an edit (about 50 ms for a 5 MB notebook on SQLite), and it only feeds later
+            # lookups, which wait for it in this process (`_look`) as for a revalidation's record. The held
+            # copy is taken now, before the caller can change `reply`; the body is already encoded.
+            copy = reply if self.read_only_views else copy_result(reply)
+
+            async def write() -> None:
+                if not await self._save_and_hold(own, item, meta, identity, lambda: copy):
+                    # The outcome counted it as stored when it was returned; the store kept a newer answer or failed.
+                    self.stats.stored -= 1
+                    self.stats.not_stored += 1
+                    logger.info(
+                        "tool %r: the patched answer was not stored: the store holds a newer one, or failed",
+                        identity.tool,
+                    )
+
+            await self._deferred.start(own, write, "storing a patched answer")
+            why = f"{decision.reason}, written to the store after the answer is returned"
+            return reply, CallOutcome(status, True, f"{lookup_reason}; {why}", saved)
+        # Kept decoded as a copy of its own: `reply` is the caller's to change (unless it promised not to).
+        if not await self._save_and_hold(
+            own, item, meta, identity, lambda: reply if self.read_only_views else copy_result(reply)
+        ):
+            why = "not stored: the store holds a newer answer, or could not take this one"
+            return reply, CallOutcome(status, False, f"{lookup_reason}; {why}", saved)
+        return reply, CallOutcome(status, True, f"{lookup_reason}; {decision.reason}", saved)
+
+    async def _save_and_hold(
+        self, own: str, item: Item, meta: EntryMeta, identity: CallIdentity, copy: Callable[[], CallToolResult]
+    ) -> bool:
+        """Save `item` under `own`; once saved, hold its answer (`copy()`) decoded. Whether it was saved."""
+        if not await self._store.save(own, item):
+            return False
+        body = item.body
+        checksum = body_checksum(body)
+        if self._tier.admits(len(body)):
+            call = identity.call_mark_key()
+            held = hold(copy(), body, meta.etag, checksum, server=identity.server, call=call, answer=meta.size)
+            self._tier.put(own, held)
+        # It passed the client's check on its way in, so its first serve here need not check it again.
+        self._validated[(own, meta.etag or "", checksum)] = None
+        return True
+
+    async def _after_server_answer(self, conn: Connection, name: str, reply: CallToolResult) -> None:
+        answered_with_block = parse_cache_block(reply.meta, self.meta_key) is not None
+        if answered_with_block:
+            return
+        read_only = await conn.read_only(name) if self.trusted else None
+        if ends_freshness(read_only=read_only, trusted=self.trusted, answered_with_block=False):
+            await self.end_freshness(conn.server_id, conn.era)

@@ -91,8 +91,10 @@ async def main() -> None:
                 print(f"        (waiting {wait_s:.1f} s for the cached copy to go stale)")
                 await asyncio.sleep(wait_s)
     s = cache.stats
+    hits = "fresh hit" if s.fresh_hits == 1 else "fresh hits"
+    misses = "miss" if s.misses == 1 else "misses"
     print(
-        f"in all: {s.calls} reads, {s.fresh_hits} fresh hit, {s.revalidations} revalidated, {s.misses} miss; "
+        f"in all: {s.calls} reads, {s.fresh_hits} {hits}, {s.revalidations} revalidated, {s.misses} {misses}; "
         f"{size(s.bytes_saved)} not transferred."
     )
 

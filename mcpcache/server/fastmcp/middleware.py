@@ -26,6 +26,7 @@ from mcpcache.server.fastmcp.raw_tags import HANDOFF, Handoff, RawTagTransform, 
 from mcpcache.server.history import DEFAULT_HISTORY_BYTES, UNKNOWN, AnswerHistory, Partition
 from mcpcache.server.policies import CachePolicy, ToolPolicies, Validator
 from mcpcache.server.revalidator import DeltaSent, NotModified, PassThrough, Revalidator, ServerStats, Stamped
+from mcpcache.server.stubs import StubCheck, StubChecks
 
 if TYPE_CHECKING:
     from fastmcp import FastMCP
@@ -60,6 +61,8 @@ class RevalidationMiddleware(Middleware):
         self.declarations = ToolDeclarations(policies, validators, meta_key=meta_key)
         self.revalidator = Revalidator(policies, meta_key=meta_key, delta_history_bytes=delta_history_bytes)
         self.meta_key = meta_key
+        self.stubs = StubChecks()
+        """Whether each tool's output schema accepts the stub of a not-modified reply, per schema."""
         self._checked = False
 
     @property
@@ -197,6 +200,12 @@ class _FastMCPCall:
     async def has_structured_output(self) -> bool | None:
         tool = await self._tool()
         return None if tool is None else tool.output_schema is not None
+
+    async def stub_check(self) -> StubCheck:
+        tool = await self._tool()
+        if tool is None:
+            return StubCheck.unknown("the tool was not found through the FastMCP server of the call")
+        return self.middleware.stubs.get(self.tool, tool.output_schema)
 
     async def run_body(self) -> ToolResult:
         token = CLAIM.set(self.claim)

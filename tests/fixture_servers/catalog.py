@@ -135,6 +135,7 @@ class _Unchecked(StubChecks):
     def get(self, tool: str, schema: Mapping[str, Any] | None) -> StubCheck:
         return NO_OUTPUT_SCHEMA
 
+
 POLICIES: dict[str, CachePolicy] = {
     "doc_model": CachePolicy(ttl_ms=5000, scope="public"),
     "doc_answer": CachePolicy(ttl_ms=5000, kind="declared.but.unused"),

@@ -222,7 +222,9 @@ def assert_tag_matched(reply: Any, tag: str, *, refused: bool) -> None:
     """The tag matched: a not-modified reply, or, where the schema refuses the stub, the full answer under it."""
     if refused:
         block = block_of(reply)
-        assert block is not None and not block.not_modified and block.etag == tag
+        assert block is not None
+        assert not block.not_modified
+        assert block.etag == tag
         assert reply.content
     else:
         assert is_not_modified(reply)

@@ -352,6 +352,41 @@ def _answer_kind(result: Mapping[str, Any]) -> object:
     return structured.get("kind") if isinstance(structured, Mapping) else None
 
 
+def _stub_kind(obs: ToolObservations) -> str:
+    """The K a not-modified reply would name: the answer's own string `kind`, else the declared one, else
+    the tool's name (docs/protocol.md section 4)."""
+    own = _answer_kind(obs.result("second") or {})
+    if isinstance(own, str):
+        return own
+    meta = obs.entry.get("_meta")
+    declared = meta.get(obs.meta_key) if isinstance(meta, Mapping) else None
+    kind = declared.get("kind") if isinstance(declared, Mapping) else None
+    return kind if isinstance(kind, str) else obs.tool
+
+
+def _stub_refusal(obs: ToolObservations) -> str | None:
+    """Why the tool's output schema refuses the stub `{"kind": K}` (None: it has none, or accepts it)."""
+    schema = obs.output_schema
+    if schema is None or not _has_structured_output(obs):
+        return None
+    return _schema_error(schema, {"kind": _stub_kind(obs)})
+
+
+def _full_under(reply: Mapping[str, Any], obs: ToolObservations) -> bool:
+    """The full answer, stamped with the current tag: what a tool whose schema refuses the stub sends."""
+    tag = obs.current_tag
+    block = block_dict(reply, obs.meta_key) or {}
+    etag = block.get("etag")
+    return (
+        tag is not None
+        and not is_error(reply)
+        and not claims_not_modified(reply, obs.meta_key)
+        and isinstance(etag, str)
+        and parse_etag(etag) is not None
+        and weak_equal(etag, tag)
+    )
+
+
 def judge_not_modified_shape(obs: ToolObservations) -> Judged:
     reply, skip = _current_reply(obs)
     if skip is not None or reply is None:
@@ -360,6 +395,12 @@ def judge_not_modified_shape(obs: ToolObservations) -> Judged:
     if is_error(reply):
         return Judged.broken(f"answered an error to its own current tag: {_error_text(reply)}")
     if not claims_not_modified(reply, obs.meta_key):
+        refused = _stub_refusal(obs)
+        if refused is not None and _full_under(reply, obs):
+            return Judged.ok(
+                f'the full answer under the current tag: the output schema refuses {{"kind": "{_stub_kind(obs)}"}} '
+                f"({refused}), so no not-modified reply may go"
+            )
         return Judged.broken(f"answered in full to its own current tag {tag}")
     problems, _ = block_problems(raw_block(reply, obs.meta_key), not_modified=True)
     block = block_dict(reply, obs.meta_key) or {}
@@ -412,13 +453,16 @@ def judge_not_modified_schema(obs: ToolObservations) -> Judged:
     if schema is None:
         return Judged.not_applicable("the tool declares no output schema")
     if not claims_not_modified(reply, obs.meta_key):
+        if _stub_refusal(obs) is not None and _full_under(reply, obs):
+            return Judged.ok("the schema refuses the stub, and the full answer went instead")
         return Judged.not_applicable("no not-modified reply to validate")
     error = _schema_error(schema, reply.get("structuredContent"))
     if error is None:
         return Judged.ok('{"kind": K} passes the output schema')
     return Judged.broken(
-        f"{error}: a client that validates every reply against the output schema (the MCP SDK's call_tool does) "
-        "rejects it; require only `kind` in the schema"
+        f"{error}: a server MUST NOT send a stub the output schema refuses, and a client that validates every "
+        "reply against it (the MCP SDK's call_tool does) rejects it; send the full answer instead, or require "
+        "only `kind` in the schema"
     )
 
 
@@ -463,6 +507,8 @@ def judge_other_form(obs: ToolObservations) -> Judged:
         return Judged.broken(f"the call failed: {exchange.error}")
     if claims_not_modified(exchange.result, obs.meta_key):
         return Judged.ok(f"{exchange.sent} is weakly equal to {obs.current_tag}: not modified")
+    if _stub_refusal(obs) is not None and _full_under(exchange.result, obs):
+        return Judged.ok(f"{exchange.sent} matched: the full answer under the current tag (the schema refuses the stub)")
     return Judged.broken(
         f"answered in full to {exchange.sent}: tags are compared as strings, not weakly (RFC 9110 8.8.3.2); "
         "clients that send back the exact string they stored are not affected"
@@ -741,9 +787,10 @@ SERVER_SCENARIOS: tuple[Scenario[ToolObservations], ...] = (
         "nm-schema",
         "The not-modified reply passes the output schema",
         REPLY,
-        "recommended",
+        "required",
         judge_not_modified_schema,
-        expects="the not-modified reply's `structuredContent` validates against the tool's `outputSchema`",
+        expects="the not-modified reply's `structuredContent` validates against the tool's `outputSchema`; "
+        'where the schema refuses `{"kind": K}`, the current tag gets the full answer instead',
         sends=("second", "current"),
     ),
     Scenario(

@@ -47,6 +47,26 @@ def statuses(report: Report, tool: str = "read") -> dict[str, str]:
 
 # -- servers that conform --------------------------------------------------------------------------
 
+
+@pytest.mark.parametrize("kind", ["fastmcp", "sdk"])
+@pytest.mark.parametrize("checked", [True, False], ids=["full-answer", "refused-stub"])
+async def test_a_stub_the_output_schema_refuses_is_a_failure(kind: Any, checked: bool) -> None:
+    """doc_model's schema requires more than `kind`. A server that sends the full answer to its current
+    tag passes; one that sends the stub anyway (a MUST NOT of docs/protocol.md section 4) fails."""
+    from fixture_servers.catalog import build
+
+    report = await check(build(kind, stubs_checked=checked), ToolCall("doc_model", {"key": "k"}))
+    found = verdicts(report, "doc_model")
+    if checked:
+        assert found["nm-schema"].status == "pass", found["nm-schema"]
+        assert found["not-modified"].status == "pass", found["not-modified"]
+        assert found["weak-compare"].status == "pass", found["weak-compare"]
+        assert report.ok
+    else:
+        assert found["nm-schema"].status == "fail", found["nm-schema"]
+        assert "MUST NOT" in found["nm-schema"].detail
+        assert not report.ok
+
 EVERY_SCENARIO = {s.id for s in SERVER_SCENARIOS}
 
 
@@ -206,7 +226,7 @@ BROKEN: dict[str, tuple[Quirks, tuple[ToolCall, ...], str, str, str]] = {
         Quirks(strict_schema=True),
         (),
         "nm-schema",
-        "warn",
+        "fail",
         "'key' is a required property",
     ),
     "not-modified to any tag": (Quirks(compare="any-tag"), (), "other-tag", "fail", "answered not-modified"),

@@ -508,7 +508,7 @@ def judge_other_form(obs: ToolObservations) -> Judged:
     if claims_not_modified(exchange.result, obs.meta_key):
         return Judged.ok(f"{exchange.sent} is weakly equal to {obs.current_tag}: not modified")
     if _stub_refusal(obs) is not None and _full_under(exchange.result, obs):
-        return Judged.ok(f"{exchange.sent} matched: the full answer under the current tag (the schema refuses the stub)")
+        return Judged.ok(f"{exchange.sent} matched: the full answer under the tag (the schema refuses the stub)")
     return Judged.broken(
         f"answered in full to {exchange.sent}: tags are compared as strings, not weakly (RFC 9110 8.8.3.2); "
         "clients that send back the exact string they stored are not affected"

@@ -67,6 +67,7 @@ async def test_a_stub_the_output_schema_refuses_is_a_failure(kind: Any, checked:
         assert "MUST NOT" in found["nm-schema"].detail
         assert not report.ok
 
+
 EVERY_SCENARIO = {s.id for s in SERVER_SCENARIOS}
 
 

@@ -365,3 +365,24 @@ async def test_everything_else_is_forwarded_to_the_wrapped_client(cache: ToolCac
         assert "doc_dict" in {tool.name for tool in tools}
         assert conn.view.wrapped is conn.client
         assert conn.view.cache is cache
+
+
+@pytest.mark.parametrize("server_kind", SERVER_KINDS)
+async def test_end_freshness_makes_the_next_read_a_cheap_revalidation(
+    server_kind: ServerKind, clock: FakeClock, cache: ToolCache
+) -> None:
+    """docs/client.md, "Ending freshness without removing anything": the entry stays, its tag goes with the
+    next read, and an unchanged answer comes back not-modified."""
+    docs = DocStore()
+    async with connect("mcp", ServerTarget.memory(build(server_kind, docs)), MODERN, cache) as conn:
+        first = await conn.call("doc_dict", KEY)
+        assert (await conn.call("doc_dict", KEY)).outcome.status == "fresh_hit"
+        await cache.end_freshness(conn.view.server_id)
+        clock.advance(0.01)  # a request at the very instant of the end counts as sent before it
+        mark = conn.mark()
+        again = await conn.call("doc_dict", KEY)
+        assert again.outcome.status == "revalidated"
+        assert conn.tool_calls(mark) == 1
+        assert again.result.structured_content == first.result.structured_content
+        assert docs.runs_of("doc_dict", "k") == 2
+        assert (await conn.call("doc_dict", KEY)).outcome.status == "fresh_hit"

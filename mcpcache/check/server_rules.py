@@ -34,7 +34,18 @@ from mcpcache.check.wire import (
     short,
 )
 from mcpcache.etag import CanonicalizationError, answer_digest
-from mcpcache.protocol import MAX_TTL_MS, DeltaBlock, MalformedDelta, parse_delta, parse_etag, weak_equal
+from mcpcache.protocol import (
+    MAX_TTL_MS,
+    STALE_IF_ERROR_KEY,
+    STALE_WHILE_REVALIDATE_KEY,
+    DeltaBlock,
+    MalformedDelta,
+    parse_delta,
+    parse_etag,
+    weak_equal,
+)
+
+STALE_KEYS = (STALE_WHILE_REVALIDATE_KEY, STALE_IF_ERROR_KEY)
 
 NOT_MODIFIED_BOUND = 1024
 """Bytes on the wire a not-modified reply may take: it carries no answer, only the block and `{kind}`
@@ -247,14 +258,17 @@ def block_problems(block: object, *, not_modified: bool) -> tuple[list[str], lis
         return [f"the block is not an object: {short(block)}"], []
     problems: list[str] = []
     notes: list[str] = []
-    ttl = block.get("ttlMs")
-    if "ttlMs" in block:
-        if not _is_int(ttl):
-            problems.append(f"ttlMs {short(ttl)} is not an integer")
-        elif ttl < 0:  # type: ignore[operator]  # an int or whole float here
-            problems.append(f"ttlMs {ttl} is negative")
-        elif ttl > MAX_TTL_MS:  # type: ignore[operator]
-            notes.append(f"ttlMs {ttl} is over 24 h; clients clamp it")
+    # The stale windows (section 12) are durations like ttlMs, bounded and clamped alike.
+    for name in ("ttlMs", STALE_WHILE_REVALIDATE_KEY, STALE_IF_ERROR_KEY):
+        value = block.get(name)
+        if name not in block:
+            continue
+        if not _is_int(value):
+            problems.append(f"{name} {short(value)} is not an integer")
+        elif value < 0:  # type: ignore[operator]  # an int or whole float here
+            problems.append(f"{name} {value} is negative")
+        elif value > MAX_TTL_MS:  # type: ignore[operator]
+            notes.append(f"{name} {value} is over 24 h; clients clamp it")
     scope = block.get("cacheScope")
     if "cacheScope" not in block:
         problems.append("cacheScope is missing (clients read it as private)")
@@ -273,7 +287,7 @@ def block_problems(block: object, *, not_modified: bool) -> tuple[list[str], lis
         problems.append(f"notModified is {short(claim)}, not true")
     if not not_modified and "notModified" in block and claim is not False:
         problems.append(f"notModified {short(claim)} on a full answer")
-    unknown = sorted(set(block) - {"ttlMs", "cacheScope", "etag", "notModified"})
+    unknown = sorted(set(block) - {"ttlMs", "cacheScope", "etag", "notModified", *STALE_KEYS})
     if unknown:
         notes.append(f"unknown fields {', '.join(unknown)}")
     return problems, notes
@@ -751,7 +765,8 @@ SERVER_SCENARIOS: tuple[Scenario[ToolObservations], ...] = (
         "required",
         judge_block,
         expects=f'each full answer\'s {BLOCK_AT} is an object with `cacheScope` "public" or "private", '
-        "`ttlMs` an integer >= 0 and/or `etag` an entity tag, and no `notModified`",
+        "`ttlMs` an integer >= 0 and/or `etag` an entity tag, the stale windows (if any) integers >= 0, and no "
+        "`notModified`",
         sends=("first", "second"),
     ),
     Scenario(

@@ -9,7 +9,7 @@ The rules are docs/protocol.md's; each scenario names the section it checks.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import combinations
 from typing import Any, Literal
 
@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from mcpcache import delta
 from mcpcache.check.core import BLOCK, DELTA, META_COVERED, REPLY, TAG, Judged, Scenario
+from mcpcache.check.observations import Exchange, ToolObservations
 from mcpcache.check.wire import (
     answer_of,
     block_dict,
@@ -56,57 +57,6 @@ OTHER_TAG = 'W/"mcpcache-check-a-tag-never-issued"'
 
 UNKNOWN_FORMAT = "mcpcache-check/no-such-format"
 """A delta format nobody sends: a request accepting only it must not get a delta."""
-
-
-# -- observations ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Exchange:
-    """One `tools/call` as it went over the wire."""
-
-    sent: object
-    """The `etag` value the request's cache block carried; None for an ordinary call."""
-    result: Mapping[str, Any] | None
-    """The result's JSON exactly as received; None when the call failed."""
-    error: str | None = None
-    """A JSON-RPC error, or why the reply could not be read."""
-    reply_bytes: int | None = None
-    request_bytes: int | None = None
-
-
-@dataclass(frozen=True)
-class ToolObservations:
-    """Everything the probes saw of one tool, with one set of arguments."""
-
-    tool: str
-    entry: Mapping[str, Any]
-    """The tool's `tools/list` entry, as sent."""
-    arguments: Mapping[str, Any]
-    meta_key: str
-    exchanges: Mapping[str, Exchange] = field(default_factory=dict)
-    mutations: tuple[str, ...] = ()
-    """The mutating calls made between the two phases, as `name(arguments)`."""
-    invalid_arguments: Mapping[str, Any] | None = None
-    """What the error probes sent (arguments the tool's input schema refuses), None if none could be built."""
-
-    def get(self, probe: str) -> Exchange | None:
-        return self.exchanges.get(probe)
-
-    def result(self, probe: str) -> Mapping[str, Any] | None:
-        exchange = self.exchanges.get(probe)
-        return exchange.result if exchange is not None else None
-
-    @property
-    def current_tag(self) -> str | None:
-        """The tag of the second ordinary call: what a client holding the latest answer would send."""
-        second = self.result("second")
-        return sent_tag(second, self.meta_key) if second is not None else None
-
-    @property
-    def output_schema(self) -> Mapping[str, Any] | None:
-        schema = self.entry.get("outputSchema")
-        return schema if isinstance(schema, Mapping) else None
 
 
 # -- probes ----------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, assert_never
 
 from mcp.server.auth.middleware.auth_context import get_access_token
@@ -63,6 +63,13 @@ class _SDKCall:
     memo_outside: bool = False
     tags_below: bool = False
     policy: None = None
+    _schema: list[Mapping[str, Any] | None] = field(default_factory=list)
+    """The tool's output schema, once read from the attached server's listing in this call."""
+
+    async def _output_schema(self) -> Mapping[str, Any] | None:
+        if not self._schema:
+            self._schema.append(await self.extension.output_schema(self.tool))
+        return self._schema[0]
 
     @property
     def tool(self) -> str:
@@ -103,12 +110,12 @@ class _SDKCall:
     async def has_structured_output(self) -> bool | None:
         # A tool with an output schema answers with structured content; one without may still (a returned
         # CallToolResult), so only the first is known before the body runs.
-        return True if await self.extension.output_schema(self.tool) is not None else None
+        return True if await self._output_schema() is not None else None
 
     async def stub_check(self) -> StubCheck:
         if self.extension.server is None:
             return StubCheck.unknown(_ATTACH_HINT)
-        return self.extension.stubs.get(self.tool, await self.extension.output_schema(self.tool))
+        return self.extension.stubs.get(self.tool, await self._output_schema())
 
 
 class RevalidationExtension(Extension):

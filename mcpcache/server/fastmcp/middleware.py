@@ -164,6 +164,8 @@ class _FastMCPCall:
     memo_inside: bool = False
     memo_outside: bool = False
     tags_below: bool = False
+    _found: list[Tool | None] = field(default_factory=list)
+    """The tool as this call's server hands it out, once looked up (the schema, the tagging check)."""
 
     def __post_init__(self) -> None:
         fctx = self.context.fastmcp_context
@@ -194,8 +196,10 @@ class _FastMCPCall:
         return request_context.meta if request_context is not None else None
 
     async def _tool(self) -> Tool | None:
-        fctx = self.context.fastmcp_context
-        return await fctx.fastmcp.get_tool(self.tool) if fctx is not None else None
+        if not self._found:
+            fctx = self.context.fastmcp_context
+            self._found.append(await fctx.fastmcp.get_tool(self.tool) if fctx is not None else None)
+        return self._found[0]
 
     async def has_structured_output(self) -> bool | None:
         tool = await self._tool()

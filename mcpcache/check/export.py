@@ -20,7 +20,8 @@ from typing import Any
 
 from mcpcache.check.client_rules import CLIENT_SCENARIOS, TOOL, ClientScenario, planned_result
 from mcpcache.check.core import PROPOSAL, Kind, Rule, Scenario
-from mcpcache.check.server_rules import PROBES, SERVER_SCENARIOS, ToolObservations
+from mcpcache.check.observations import ToolObservations
+from mcpcache.check.server_rules import PROBES, SERVER_SCENARIOS
 from mcpcache.delta import FORMAT
 from mcpcache.protocol import META_KEY
 

@@ -25,8 +25,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcpcache.bench.wire import CountingTransport, WireLog
 from mcpcache.check.core import Report, Stamping, Subject, judge_all
 from mcpcache.check.harvest import find_arguments
+from mcpcache.check.observations import Exchange, ToolObservations
 from mcpcache.check.selection import ToolCall, declares_cache, invalid_arguments, select
-from mcpcache.check.server_rules import PROBES, SERVER_SCENARIOS, SKIP, Exchange, Probe, ToolObservations
+from mcpcache.check.server_rules import PROBES, SERVER_SCENARIOS, SKIP, Probe
 from mcpcache.check.wire import RawResult, block_dict, is_error, short
 from mcpcache.protocol import META_KEY
 

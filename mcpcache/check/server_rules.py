@@ -9,7 +9,7 @@ The rules are docs/protocol.md's; each scenario names the section it checks.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import combinations
 from typing import Any, Literal
 
@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from mcpcache import delta
 from mcpcache.check.core import BLOCK, DELTA, META_COVERED, REPLY, TAG, Judged, Scenario
+from mcpcache.check.observations import Exchange, ToolObservations
 from mcpcache.check.wire import (
     answer_of,
     block_dict,
@@ -34,7 +35,18 @@ from mcpcache.check.wire import (
     short,
 )
 from mcpcache.etag import CanonicalizationError, answer_digest
-from mcpcache.protocol import MAX_TTL_MS, DeltaBlock, MalformedDelta, parse_delta, parse_etag, weak_equal
+from mcpcache.protocol import (
+    MAX_TTL_MS,
+    STALE_IF_ERROR_KEY,
+    STALE_WHILE_REVALIDATE_KEY,
+    DeltaBlock,
+    MalformedDelta,
+    parse_delta,
+    parse_etag,
+    weak_equal,
+)
+
+STALE_KEYS = (STALE_WHILE_REVALIDATE_KEY, STALE_IF_ERROR_KEY)
 
 NOT_MODIFIED_BOUND = 1024
 """Bytes on the wire a not-modified reply may take: it carries no answer, only the block and `{kind}`
@@ -45,57 +57,6 @@ OTHER_TAG = 'W/"mcpcache-check-a-tag-never-issued"'
 
 UNKNOWN_FORMAT = "mcpcache-check/no-such-format"
 """A delta format nobody sends: a request accepting only it must not get a delta."""
-
-
-# -- observations ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Exchange:
-    """One `tools/call` as it went over the wire."""
-
-    sent: object
-    """The `etag` value the request's cache block carried; None for an ordinary call."""
-    result: Mapping[str, Any] | None
-    """The result's JSON exactly as received; None when the call failed."""
-    error: str | None = None
-    """A JSON-RPC error, or why the reply could not be read."""
-    reply_bytes: int | None = None
-    request_bytes: int | None = None
-
-
-@dataclass(frozen=True)
-class ToolObservations:
-    """Everything the probes saw of one tool, with one set of arguments."""
-
-    tool: str
-    entry: Mapping[str, Any]
-    """The tool's `tools/list` entry, as sent."""
-    arguments: Mapping[str, Any]
-    meta_key: str
-    exchanges: Mapping[str, Exchange] = field(default_factory=dict)
-    mutations: tuple[str, ...] = ()
-    """The mutating calls made between the two phases, as `name(arguments)`."""
-    invalid_arguments: Mapping[str, Any] | None = None
-    """What the error probes sent (arguments the tool's input schema refuses), None if none could be built."""
-
-    def get(self, probe: str) -> Exchange | None:
-        return self.exchanges.get(probe)
-
-    def result(self, probe: str) -> Mapping[str, Any] | None:
-        exchange = self.exchanges.get(probe)
-        return exchange.result if exchange is not None else None
-
-    @property
-    def current_tag(self) -> str | None:
-        """The tag of the second ordinary call: what a client holding the latest answer would send."""
-        second = self.result("second")
-        return sent_tag(second, self.meta_key) if second is not None else None
-
-    @property
-    def output_schema(self) -> Mapping[str, Any] | None:
-        schema = self.entry.get("outputSchema")
-        return schema if isinstance(schema, Mapping) else None
 
 
 # -- probes ----------------------------------------------------------------------------------------
@@ -247,14 +208,17 @@ def block_problems(block: object, *, not_modified: bool) -> tuple[list[str], lis
         return [f"the block is not an object: {short(block)}"], []
     problems: list[str] = []
     notes: list[str] = []
-    ttl = block.get("ttlMs")
-    if "ttlMs" in block:
-        if not _is_int(ttl):
-            problems.append(f"ttlMs {short(ttl)} is not an integer")
-        elif ttl < 0:  # type: ignore[operator]  # an int or whole float here
-            problems.append(f"ttlMs {ttl} is negative")
-        elif ttl > MAX_TTL_MS:  # type: ignore[operator]
-            notes.append(f"ttlMs {ttl} is over 24 h; clients clamp it")
+    # The stale windows (section 12) are durations like ttlMs, bounded and clamped alike.
+    for name in ("ttlMs", STALE_WHILE_REVALIDATE_KEY, STALE_IF_ERROR_KEY):
+        value = block.get(name)
+        if name not in block:
+            continue
+        if not _is_int(value):
+            problems.append(f"{name} {short(value)} is not an integer")
+        elif value < 0:  # type: ignore[operator]  # an int or whole float here
+            problems.append(f"{name} {value} is negative")
+        elif value > MAX_TTL_MS:  # type: ignore[operator]
+            notes.append(f"{name} {value} is over 24 h; clients clamp it")
     scope = block.get("cacheScope")
     if "cacheScope" not in block:
         problems.append("cacheScope is missing (clients read it as private)")
@@ -273,7 +237,7 @@ def block_problems(block: object, *, not_modified: bool) -> tuple[list[str], lis
         problems.append(f"notModified is {short(claim)}, not true")
     if not not_modified and "notModified" in block and claim is not False:
         problems.append(f"notModified {short(claim)} on a full answer")
-    unknown = sorted(set(block) - {"ttlMs", "cacheScope", "etag", "notModified"})
+    unknown = sorted(set(block) - {"ttlMs", "cacheScope", "etag", "notModified", *STALE_KEYS})
     if unknown:
         notes.append(f"unknown fields {', '.join(unknown)}")
     return problems, notes
@@ -352,6 +316,41 @@ def _answer_kind(result: Mapping[str, Any]) -> object:
     return structured.get("kind") if isinstance(structured, Mapping) else None
 
 
+def _stub_kind(obs: ToolObservations) -> str:
+    """The K a not-modified reply would name: the answer's own string `kind`, else the declared one, else
+    the tool's name (docs/protocol.md section 4)."""
+    own = _answer_kind(obs.result("second") or {})
+    if isinstance(own, str):
+        return own
+    meta = obs.entry.get("_meta")
+    declared = meta.get(obs.meta_key) if isinstance(meta, Mapping) else None
+    kind = declared.get("kind") if isinstance(declared, Mapping) else None
+    return kind if isinstance(kind, str) else obs.tool
+
+
+def _stub_refusal(obs: ToolObservations) -> str | None:
+    """Why the tool's output schema refuses the stub `{"kind": K}` (None: it has none, or accepts it)."""
+    schema = obs.output_schema
+    if schema is None or not _has_structured_output(obs):
+        return None
+    return _schema_error(schema, {"kind": _stub_kind(obs)})
+
+
+def _full_under(reply: Mapping[str, Any], obs: ToolObservations) -> bool:
+    """The full answer, stamped with the current tag: what a tool whose schema refuses the stub sends."""
+    tag = obs.current_tag
+    block = block_dict(reply, obs.meta_key) or {}
+    etag = block.get("etag")
+    return (
+        tag is not None
+        and not is_error(reply)
+        and not claims_not_modified(reply, obs.meta_key)
+        and isinstance(etag, str)
+        and parse_etag(etag) is not None
+        and weak_equal(etag, tag)
+    )
+
+
 def judge_not_modified_shape(obs: ToolObservations) -> Judged:
     reply, skip = _current_reply(obs)
     if skip is not None or reply is None:
@@ -360,6 +359,12 @@ def judge_not_modified_shape(obs: ToolObservations) -> Judged:
     if is_error(reply):
         return Judged.broken(f"answered an error to its own current tag: {_error_text(reply)}")
     if not claims_not_modified(reply, obs.meta_key):
+        refused = _stub_refusal(obs)
+        if refused is not None and _full_under(reply, obs):
+            return Judged.ok(
+                f'the full answer under the current tag: the output schema refuses {{"kind": "{_stub_kind(obs)}"}} '
+                f"({refused}), so no not-modified reply may go"
+            )
         return Judged.broken(f"answered in full to its own current tag {tag}")
     problems, _ = block_problems(raw_block(reply, obs.meta_key), not_modified=True)
     block = block_dict(reply, obs.meta_key) or {}
@@ -412,13 +417,16 @@ def judge_not_modified_schema(obs: ToolObservations) -> Judged:
     if schema is None:
         return Judged.not_applicable("the tool declares no output schema")
     if not claims_not_modified(reply, obs.meta_key):
+        if _stub_refusal(obs) is not None and _full_under(reply, obs):
+            return Judged.ok("the schema refuses the stub, and the full answer went instead")
         return Judged.not_applicable("no not-modified reply to validate")
     error = _schema_error(schema, reply.get("structuredContent"))
     if error is None:
         return Judged.ok('{"kind": K} passes the output schema')
     return Judged.broken(
-        f"{error}: a client that validates every reply against the output schema (the MCP SDK's call_tool does) "
-        "rejects it; require only `kind` in the schema"
+        f"{error}: a server MUST NOT send a stub the output schema refuses, and a client that validates every "
+        "reply against it (the MCP SDK's call_tool does) rejects it; send the full answer instead, or require "
+        "only `kind` in the schema"
     )
 
 
@@ -463,6 +471,8 @@ def judge_other_form(obs: ToolObservations) -> Judged:
         return Judged.broken(f"the call failed: {exchange.error}")
     if claims_not_modified(exchange.result, obs.meta_key):
         return Judged.ok(f"{exchange.sent} is weakly equal to {obs.current_tag}: not modified")
+    if _stub_refusal(obs) is not None and _full_under(exchange.result, obs):
+        return Judged.ok(f"{exchange.sent} matched: the full answer under the tag (the schema refuses the stub)")
     return Judged.broken(
         f"answered in full to {exchange.sent}: tags are compared as strings, not weakly (RFC 9110 8.8.3.2); "
         "clients that send back the exact string they stored are not affected"
@@ -705,7 +715,8 @@ SERVER_SCENARIOS: tuple[Scenario[ToolObservations], ...] = (
         "required",
         judge_block,
         expects=f'each full answer\'s {BLOCK_AT} is an object with `cacheScope` "public" or "private", '
-        "`ttlMs` an integer >= 0 and/or `etag` an entity tag, and no `notModified`",
+        "`ttlMs` an integer >= 0 and/or `etag` an entity tag, the stale windows (if any) integers >= 0, and no "
+        "`notModified`",
         sends=("first", "second"),
     ),
     Scenario(
@@ -741,9 +752,10 @@ SERVER_SCENARIOS: tuple[Scenario[ToolObservations], ...] = (
         "nm-schema",
         "The not-modified reply passes the output schema",
         REPLY,
-        "recommended",
+        "required",
         judge_not_modified_schema,
-        expects="the not-modified reply's `structuredContent` validates against the tool's `outputSchema`",
+        expects="the not-modified reply's `structuredContent` validates against the tool's `outputSchema`; "
+        'where the schema refuses `{"kind": K}`, the current tag gets the full answer instead',
         sends=("second", "current"),
     ),
     Scenario(

@@ -148,6 +148,24 @@ _FRESHNESS_HELP = (
 )
 
 
+_STALE_HELP = (
+    "stale windows: how long after freshness ends the answer may still be served, at once while it is "
+    "revalidated, or when the server cannot answer (docs/client.md, Serving stale)."
+)
+
+
+def _stale_windows(while_revalidating_ms: int, if_error_ms: int) -> str:
+    """The entry's stale windows in a few words ("" when it has none)."""
+    from mcpcache.client.policy import readable_duration
+
+    parts = []
+    if while_revalidating_ms > 0:
+        parts.append(f"{readable_duration(while_revalidating_ms / 1000)} while revalidating")
+    if if_error_ms > 0:
+        parts.append(f"{readable_duration(if_error_ms / 1000)} on error")
+    return f"; stale windows: {', '.join(parts)}" if parts else ""
+
+
 _ERA_HELP = (
     "Protocol: the MCP version the answer came in. One call is kept once per version: the versions' answers "
     "differ (2026-07-28 adds the server's name and version to each answer's _meta)."
@@ -229,7 +247,9 @@ def cache_ls(
             age = readable_duration(max(now - entry.stored_at, 0.0))
             server_label, arguments = entry.server or "(not recorded)", entry.arguments or "(not recorded)"
             tag, era = _short_tag(entry.etag), entry.era or "(not recorded)"
-            rows.append((server_label, entry.tool, arguments, _bytes(entry.size), age, entry.freshness, tag, era))
+            windows = _stale_windows(entry.stale_while_revalidate_ms, entry.stale_if_error_ms)
+            freshness = entry.freshness + windows
+            rows.append((server_label, entry.tool, arguments, _bytes(entry.size), age, freshness, tag, era))
             fresh.append(entry.fresh)
             if len(rows) >= limit:
                 break
@@ -248,6 +268,8 @@ def cache_ls(
         if len(eras) > 1:
             console.print(_ERA_HELP, style="dim")
         console.print(_FRESHNESS_HELP, style="dim")
+        if any("; stale windows: " in row[5] for row in rows):
+            console.print(_STALE_HELP, style="dim")
 
     _run_on_cache(store, redis, namespace, show)
 

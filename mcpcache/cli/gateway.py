@@ -33,7 +33,10 @@ def gateway(
     tool: Annotated[
         list[str] | None,
         typer.Option(
-            "--tool", metavar="NAME=TTL_MS", help="Declare a tool (with --upstream); add :public, :notag or :nodelta."
+            "--tool",
+            metavar="NAME=TTL_MS",
+            help="Declare a tool (with --upstream); add :public, :notag, :nodelta, "
+            ":stale_while_revalidate_ms=MS or :stale_if_error_ms=MS.",
         ),
     ] = None,
     redis: Annotated[

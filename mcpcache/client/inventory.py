@@ -58,6 +58,10 @@ class CachedEntry:
     era: str = ""
     """The protocol version the answer came in ("2026-07-28", "2025-11-25"; "" when not recorded): one call
     is kept once per version, as each version's answers differ (docs/client.md, "Keys")."""
+    stale_while_revalidate_ms: int = 0
+    """How long after freshness ends the answer may be served at once while it is revalidated (0: not)."""
+    stale_if_error_ms: int = 0
+    """How long after freshness ends the answer may be served when the server cannot answer (0: not)."""
 
 
 def describe_freshness(entry: EntryMeta, now: float, ended_at: float | None) -> tuple[bool, str]:
@@ -115,6 +119,8 @@ def _described(listed: Listed, entry: EntryMeta, now: float, marks: list[Item | 
         fresh=fresh,
         freshness=freshness,
         era=entry.era,
+        stale_while_revalidate_ms=entry.stale_while_revalidate_ms,
+        stale_if_error_ms=entry.stale_if_error_ms,
     )
 
 

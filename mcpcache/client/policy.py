@@ -420,6 +420,10 @@ def _full_answer(
         stale_if_error_ms=block.stale_if_error_ms or 0,
     )
     verb = "replaced" if entry is not None else "stored"
+    if entry is not None and entry.etag is not None and meta.etag is not None and weak_equal(entry.etag, meta.etag):
+        # What a server sends to the tag it issued when the tool's output schema refuses the not-modified
+        # reply's {"kind": K} (docs/protocol.md section 4): the same answer, whole.
+        verb = "replaced by the full answer under the same tag"
     tagged = "tagged" if meta.etag else "no tag"
     return StoreAnswer(meta, f"{verb}: {block.cache_scope}, ttl {meta.ttl_ms} ms, {tagged}")
 

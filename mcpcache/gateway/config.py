@@ -398,9 +398,13 @@ def _describe(error: ErrorDetails, lines: TomlLines, source: str) -> str:
     return _at(lines, source, loc, message)
 
 
+_STALE_FLAGS = ("stale_while_revalidate_ms", "stale_if_error_ms")
+"""The `--tool` flags that take a value, named as the TOML keys they stand for."""
+
+
 def parse_tool_option(text: str) -> tuple[str, ToolSettings]:
-    """`NAME=TTL_MS[:public|:private][:notag][:nodelta]`, e.g. `read_notebook=5000` or
-    `list_items=60000:public`."""
+    """`NAME=TTL_MS[:public|:private][:notag][:nodelta][:stale_while_revalidate_ms=MS][:stale_if_error_ms=MS]`,
+    e.g. `read_notebook=5000` or `list_items=60000:public:stale_if_error_ms=600000`."""
     name, equals, rest = text.partition("=")
     if not equals or not name:
         raise ConfigError(f"--tool {text!r}: write NAME=TTL_MS, e.g. --tool read_notebook=5000")
@@ -411,19 +415,31 @@ def parse_tool_option(text: str) -> tuple[str, ToolSettings]:
         raise ConfigError(f"--tool {text!r}: {ttl_text!r} is not a whole number of milliseconds") from None
     scope: Scope = "private"
     etag = deltas = True
+    windows: dict[str, int] = {}
     for flag in flags:
-        if flag in ("public", "private"):
+        key, has_value, value = flag.partition("=")
+        if has_value and key in _STALE_FLAGS:
+            try:
+                windows[key] = int(value)
+            except ValueError:
+                raise ConfigError(f"--tool {text!r}: {key} {value!r} is not a whole number of milliseconds") from None
+        elif flag in ("public", "private"):
             scope = "public" if flag == "public" else "private"
         elif flag == "notag":
             etag = False
         elif flag == "nodelta":
             deltas = False
         else:
-            raise ConfigError(f"--tool {text!r}: unknown flag {flag!r} (public, private, notag or nodelta)")
+            raise ConfigError(
+                f"--tool {text!r}: unknown flag {flag!r} (public, private, notag, nodelta, "
+                "stale_while_revalidate_ms=MS or stale_if_error_ms=MS)"
+            )
     try:
-        return name, ToolSettings(ttl_ms=ttl, scope=scope, etag=etag, deltas=deltas)
+        return name, ToolSettings(ttl_ms=ttl, scope=scope, etag=etag, deltas=deltas, **windows)
     except ValidationError:
-        raise ConfigError(f"--tool {text!r}: the ttl must be between 0 and {MAX_TTL_MS} ms (24 h)") from None
+        raise ConfigError(
+            f"--tool {text!r}: the ttl and the stale windows must be between 0 and {MAX_TTL_MS} ms (24 h)"
+        ) from None
 
 
 def quick_config(

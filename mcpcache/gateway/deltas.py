@@ -35,9 +35,11 @@ from mcpcache.server.decisions import (
     TryDelta,
     plan_delta,
     saved_by,
+    stub_refusal,
 )
 from mcpcache.server.deltas import delta_choice
 from mcpcache.server.policies import CachePolicy
+from mcpcache.server.stubs import NO_OUTPUT_SCHEMA, StubCheck
 
 __all__ = ["DeltaCounters", "GatewayDeltas"]
 
@@ -93,12 +95,14 @@ class GatewayDeltas:
         policy: CachePolicy,
         after: AfterBody,
         result: mt.CallToolResult,
+        *,
+        stub: StubCheck = NO_OUTPUT_SCHEMA,
     ) -> DeltaReply | None:
         """What goes to the caller instead of `after`'s reply: a delta reply, or None (send `after`'s).
 
         `result`: the answer with the block `after` would stamp on it. A full answer that is sent is
         recorded in the history (unless held), and a not-modified reply counts as a use of the version
-        it confirms."""
+        it confirms. `stub`: the tool's output schema, which a delta reply's stub must pass."""
         if call is None:
             return None
         match after:
@@ -116,7 +120,8 @@ class GatewayDeltas:
         if tag is None:
             return None
         name = route.public_name
-        plan = plan_delta(policy, conditions, tag, offered=self.formats, kept=True)
+        refused = stub_refusal(name, policy, result.structured_content, stub) if conditions.accept_delta else None
+        plan = plan_delta(policy, conditions, tag, offered=self.formats, kept=True, refused=refused)
         # The base is read before the new answer is recorded, which may push it out of its call's versions.
         base = await self.history.base(call, plan.base) if isinstance(plan, TryDelta) else None
         size = await self.history.record(call, tag, result)
@@ -146,6 +151,7 @@ class GatewayDeltas:
                 answer_size=size,
                 digest=lambda: answer_digest(result.content, result.structured_content, result.meta, meta_key=meta_key),
                 meta_key=meta_key,
+                stub=stub,
             )
 
         choice = await anyio.to_thread.run_sync(work) if (size or 0) >= THREAD_FROM_BYTES else work()

@@ -85,6 +85,7 @@ from mcpcache.server.decisions import (
 )
 from mcpcache.server.fastmcp import read_tool_answer
 from mcpcache.server.policies import CachePolicy
+from mcpcache.server.stubs import NO_OUTPUT_SCHEMA, StubCheck, StubChecks
 from mcpcache.stores.base import Store
 
 __all__ = ["GatewayMiddleware", "PartitionCaches", "current_principal", "principal_of"]
@@ -287,7 +288,10 @@ class _Leg:
         front: FastMCPRequestContext | None,
         meta_key: str,
         telemetry: GatewayTelemetry,
+        stub: StubCheck = NO_OUTPUT_SCHEMA,
     ) -> None:
+        """`stub`: the tool's output schema as the upstream lists it, which the stub of a reply to the
+        caller must pass."""
         self.route = route
         self.context = context
         self.call_next = call_next
@@ -296,6 +300,7 @@ class _Leg:
         self.telemetry = telemetry
         self.full: Answer | None = None
         """The whole answer the caller's reply stands for, once the gateway holds one (for the counters)."""
+        self.stub = stub
 
     async def upstream(self, tag: str | None) -> ToolResult:
         """The upstream's answer to the call, sent with `tag` as its only cache block (or none)."""
@@ -352,9 +357,8 @@ class _Leg:
             case _Whole(result=result, answer=answer, policy=policy, tag=tag):
                 name = self.route.public_name
                 self.full = answer
-                return self.apply(
-                    decide_after_body(name, policy, requested, tag, answer, meta_key=self.meta_key), result
-                )
+                after = decide_after_body(name, policy, requested, tag, answer, meta_key=self.meta_key, stub=self.stub)
+                return self.apply(after, result)
             case _Confirmed(reply=reply):
                 return reply
             case _Relayed(result=result):
@@ -364,7 +368,22 @@ class _Leg:
 
     async def answer(self, requested: str | None) -> ToolResult:
         """The upstream's answer stamped for a caller holding `requested`: stamped, or a not-modified reply."""
-        return self.for_caller(await self.fetch(forwarded_tag(self.route.settings, requested)), requested)
+        fetched = await self.fetch(forwarded_tag(self.route.settings, requested))
+        if isinstance(fetched, _Confirmed) and (refused := self.refusal(fetched.reply)) is not None:
+            # The upstream confirmed the caller's tag with a stub the tool's schema refuses: the caller may
+            # not be sent it, and the gateway holds no answer of its own, so it asks for the answer.
+            logger.debug(
+                "tool %r: the upstream confirmed the tag, but %s; asked again for the answer",
+                self.route.public_name,
+                refused,
+            )
+            fetched = await self.fetch(None)
+        return self.for_caller(fetched, requested)
+
+    def refusal(self, reply: ToolResult) -> str | None:
+        """Why the stub of a not-modified reply may not go to the caller (None: it may)."""
+        kind = reply.structured_content.get("kind") if isinstance(reply.structured_content, dict) else None
+        return self.stub.refusal(kind) if isinstance(kind, str) else None
 
     def _hash(self, answer: Answer) -> str | None:
         try:
@@ -464,6 +483,8 @@ class GatewayMiddleware(Middleware):
         self.meta_key = meta_key
         self.deltas = deltas if caches is not None else None
         self.telemetry = GatewayTelemetry(meter_provider, meta_key=meta_key)
+        self.stubs = StubChecks()
+        """Whether each tool's output schema (as its upstream lists it) accepts the stub, per schema."""
         self._declared: dict[str, dict[str, Any]] = {}
         """By upstream identity, the key arguments its routes declare, by the upstream's tool name."""
         for route in self.routes.values():
@@ -504,7 +525,10 @@ class GatewayMiddleware(Middleware):
         settings = route.settings
         conditions = read_conditions(front.meta if front else None, self.meta_key) if settings.etag else NO_CONDITIONS
         requested = conditions.etag
-        leg = _Leg(route, context, call_next, front, self.meta_key, self.telemetry)
+        # Only a caller that sends a tag can be answered with a stub: only then is the schema looked up (in
+        # the listing FastMCP's proxy keeps of the upstream's tools, as it does for the call itself).
+        stub = await self._stub_check(context, route) if requested is not None else NO_OUTPUT_SCHEMA
+        leg = _Leg(route, context, call_next, front, self.meta_key, self.telemetry, stub)
         plan = decide_store(self.caches is not None, partition_of(current_principal(), self.partition_by), settings)
         logger.debug("tool %r: %s", route.public_name, plan.reason)
         match plan:
@@ -518,6 +542,18 @@ class GatewayMiddleware(Middleware):
                 assert_never(plan)
         self.telemetry.sent(route, reply, leg.full)
         return reply
+
+    async def _stub_check(self, context: MiddlewareContext[mt.CallToolRequestParams], route: Route) -> StubCheck:
+        fctx = context.fastmcp_context
+        tool = None
+        if fctx is not None:
+            try:
+                tool = await fctx.fastmcp.get_tool(route.public_name)
+            except Exception:  # the upstream cannot list its tools now: the call itself will say so
+                logger.debug("tool %r: could not look up its output schema", route.public_name, exc_info=True)
+        if tool is None:
+            return StubCheck.unknown("the gateway could not look the tool up in its upstream's listing")
+        return self.stubs.get(route.public_name, tool.output_schema)
 
     async def _through_store(self, leg: _Leg, partition: str, era: str, conditions: Conditions) -> ToolResult:
         caches = self.caches
@@ -541,7 +577,9 @@ class GatewayMiddleware(Middleware):
         except _CallersCopyConfirmed as confirmed:
             # Raised to every caller that shared the call in flight: a confirmation only of its own copy.
             if requested is not None and weak_equal(requested, confirmed.tag):
-                return confirmed.reply
+                if leg.refusal(confirmed.reply) is None:
+                    return confirmed.reply
+                return await leg.answer(None)  # a stub the schema refuses never goes: the answer does
             return await leg.answer(requested)
         logger.debug("tool %r: store: %s (%s)", route.public_name, outcome.status, outcome.reason)
         if front is not None and key is not None:
@@ -577,11 +615,13 @@ class GatewayMiddleware(Middleware):
         )
         answer = Answer(result.content, result.structured_content, False, result.meta)
         leg.full = answer
-        after = decide_after_body(route.public_name, policy, requested, block.etag, answer, meta_key=self.meta_key)
+        after = decide_after_body(
+            route.public_name, policy, requested, block.etag, answer, meta_key=self.meta_key, stub=leg.stub
+        )
         if self.deltas is not None:
             arguments = leg.context.message.arguments
             call = self.deltas.call_key(route, partition, era, arguments, block.cache_scope)
-            reply = await self.deltas.reply(route, call, conditions, policy, after, result)
+            reply = await self.deltas.reply(route, call, conditions, policy, after, result, stub=leg.stub)
             if reply is not None:
                 return _delta(reply)
         return leg.apply(after, _as_tool_result(result))

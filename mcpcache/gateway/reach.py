@@ -6,10 +6,14 @@ A stdio upstream's error is what it wrote on stderr before it exited ("No module
 command's `python` is not the one mcpcache is installed in): its stderr goes through a relay
 (`mcpcache.gateway.stderr`) that holds the lines until the upstream has answered, and keeps the last of
 them for the message.
+
+A tool the configuration declares that the upstream does not list is named in one warning per upstream
+(a misspelt name would otherwise pass every call through unstamped, or fail it, with nothing said).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -20,6 +24,8 @@ if TYPE_CHECKING:
     from mcpcache.gateway.app import Upstream
 
 __all__ = ["UPSTREAM_START_S", "reach_upstreams"]
+
+logger = logging.getLogger("mcpcache.gateway")
 
 UPSTREAM_START_S = 120.0
 """How long an upstream has to connect and list its tools at start (a stdio server's first start in a
@@ -42,7 +48,19 @@ def _why(exc: BaseException) -> str:
 async def _reach(upstream: Upstream) -> None:
     client = upstream.client_factory()
     async with client:
-        await client.list_tools()
+        tools = await client.list_tools()
+    listed = {tool.name for tool in tools}
+    missing = [name for name in upstream.settings.tools if name not in listed]
+    if missing:
+        logger.warning(
+            "mcpcache gateway: upstream %r does not list %s declared for it (%s): calls of %s go to the "
+            "upstream as they are; check the names against its tools/list (it lists %d tool(s))",
+            upstream.name,
+            "the tool" if len(missing) == 1 else f"{len(missing)} tools",
+            ", ".join(missing),
+            "it" if len(missing) == 1 else "them",
+            len(listed),
+        )
 
 
 async def reach_upstreams(

@@ -39,6 +39,7 @@ from mcpcache.protocol import (
 )
 from mcpcache.server.history import PUBLIC, Partition, StructuredInText
 from mcpcache.server.policies import CachePolicy
+from mcpcache.server.stubs import NO_OUTPUT_SCHEMA, StubCheck
 from mcpcache.sizes import answer_bytes, bytes_saved, text_json_bytes
 
 __all__ = [
@@ -68,6 +69,7 @@ __all__ = [
     "not_modified_kind",
     "plan_delta",
     "saved_by",
+    "stub_refusal",
     "validator_matches",
 ]
 
@@ -167,12 +169,14 @@ def decide_before_body(
     *,
     own_kind: str | None = None,
     meta_key: str = META_KEY,
+    stub: StubCheck = NO_OUTPUT_SCHEMA,
 ) -> BeforeBody:
     """`pre_tag`: the validator's tag (None without a validator, or when it gave no version).
 
     `structured`: whether the tool answers with structuredContent (None: not known yet). `own_kind` is
     the kind the tool's answers last carried: the body does not run, so the first choice of the kind
-    rule (the answer's own kind) can only be remembered.
+    rule (the answer's own kind) can only be remembered. `stub`: the tool's output schema; a stub it
+    refuses is never sent, so the body runs and the full answer goes.
     """
     if pre_tag is None:
         return RunBody("no validator tag: the tag comes from the answer")
@@ -183,6 +187,9 @@ def decide_before_body(
     if structured is None:
         return RunBody("validator tag matches, but whether the reply needs structuredContent is not known yet")
     kind = (own_kind or policy.kind or tool) if structured else None
+    refused = stub.refusal(kind) if kind is not None else None
+    if refused is not None:
+        return RunBody(f"validator tag matches, but {refused}: the body runs and the full answer goes")
     return SkipBody(
         NotModifiedReply.build(decide_block(policy, pre_tag), kind, meta_key), "validator tag matches; body skipped"
     )
@@ -230,6 +237,13 @@ def not_modified_kind(tool: str, policy: CachePolicy, structured_content: Any) -
     return answer_kind(structured_content) or policy.kind or tool
 
 
+def stub_refusal(tool: str, policy: CachePolicy, structured_content: Any, stub: StubCheck) -> str | None:
+    """Why the stub of a not-modified or delta reply in place of this answer may not be sent (the tool's
+    output schema refuses it), or None when it may (no stub, no schema, or one that accepts it)."""
+    kind = not_modified_kind(tool, policy, structured_content)
+    return stub.refusal(kind) if kind is not None else None
+
+
 def decide_after_body(
     tool: str,
     policy: CachePolicy,
@@ -238,10 +252,12 @@ def decide_after_body(
     answer: Answer | None,
     *,
     meta_key: str = META_KEY,
+    stub: StubCheck = NO_OUTPUT_SCHEMA,
 ) -> AfterBody:
     """`tag`: the tag of this answer (the validator's, else the hash of the answer), None when there is
     none (the tool stamps no tag, or the answer has no canonical form). `answer` None: what came back is
-    not a tool answer (e.g. an input-required leg)."""
+    not a tool answer (e.g. an input-required leg). `stub`: the tool's output schema; when it refuses
+    the stub, a matching tag gets the full answer, stamped."""
     if answer is None:
         return SendAsIs("not a tool answer (e.g. input required)")
     if answer.is_error:
@@ -257,6 +273,9 @@ def decide_after_body(
     if not weak_equal(requested, block.etag):
         return Stamp(block, "stamped (the request's tag is not the current one)")
     kind = not_modified_kind(tool, policy, answer.structured_content)
+    refused = stub.refusal(kind) if kind is not None else None
+    if refused is not None:
+        return Stamp(block, f"stamped: the tag matches, but {refused}, so the full answer goes")
     return AnswerNotModified(NotModifiedReply.build(block, kind, meta_key), "tag matches the current answer")
 
 
@@ -304,14 +323,21 @@ def history_partition(policy: CachePolicy, caller: Partition) -> Partition | Non
 
 
 def plan_delta(
-    policy: CachePolicy, conditions: Conditions, tag: str | None, *, offered: Sequence[str], kept: bool
+    policy: CachePolicy,
+    conditions: Conditions,
+    tag: str | None,
+    *,
+    offered: Sequence[str],
+    kept: bool,
+    refused: str | None = None,
 ) -> DeltaPlan:
     """For an answer about to be stamped with `tag`: is a delta worth computing?
 
     `conditions`: what the request asked for. `offered`: the formats the server sends (empty when it
     keeps no history). `kept`: whether this call's answers have a place in the history (False for
-    arguments with no canonical form, or a caller whose token could not be read). The caller's own order
-    of preference picks the format.
+    arguments with no canonical form, or a caller whose token could not be read). `refused`: why the
+    stub may not be sent (`stub_refusal`), None when it may. The caller's own order of preference picks
+    the format.
     """
     if not conditions.accept_delta:
         return SendFull("the request accepts no delta")
@@ -330,6 +356,8 @@ def plan_delta(
         return SendFull(f"the request accepts none of the formats this server sends ({', '.join(offered)})")
     if not kept:
         return SendFull("this call's answers are not kept (arguments with no canonical form, unreadable token)")
+    if refused is not None:
+        return SendFull(f"{refused} (a delta reply carries the same stub)")
     return TryDelta(conditions.etag, chosen, f"the request accepts {chosen} and its tag is not the current one")
 
 
@@ -346,6 +374,7 @@ def decide_delta(
     ops_size: int,
     digest: str | None,
     meta_key: str = META_KEY,
+    stub: StubCheck = NO_OUTPUT_SCHEMA,
 ) -> DeltaChoice:
     """After the driver's work: send the delta, or the full answer and why.
 
@@ -353,8 +382,12 @@ def decide_delta(
     the answer sent under `plan.base` for this key. `answer_size`: the answer's size as the history
     measured it (None: it has no JSON form). `ops`: the diff, None when it would be larger than half the
     answer (or was not computed: no base, no size). `ops_size`: the length of their JSON. `digest`: the
-    new answer's, None when it has no digest form (or was not computed, after an earlier "no").
+    new answer's, None when it has no digest form (or was not computed, after an earlier "no"). `stub`:
+    the tool's output schema, which the delta reply's stub must pass.
     """
+    refused = stub_refusal(tool, policy, structured_content, stub)
+    if refused is not None:
+        return SendFull(f"{refused} (a delta reply carries the same stub)")
     if not base_held:
         return SendFull(
             "base not held: the answer sent under the request's tag is not in this server's history "
@@ -409,6 +442,8 @@ class BelowTagging:
     """Set when the answer's one text block is, by the framework's own construction, the JSON of its
     structured content ("plain"), or of the value it wraps under `result` ("wrapped"): the history then
     keeps the text once instead of a second copy of the same data."""
+    stub: StubCheck = NO_OUTPUT_SCHEMA
+    """The tool's output schema, which a not-modified reply's stub must pass."""
 
     def decide(
         self, tag: str, structured_content: Any, *, is_error: bool = False, size: int | None = None
@@ -422,7 +457,9 @@ class BelowTagging:
         self.tag = tag
         self.size = size
         answer = Answer(content=(), structured_content=structured_content, is_error=False)
-        after = decide_after_body(self.tool, self.policy, self.requested, tag, answer, meta_key=self.meta_key)
+        after = decide_after_body(
+            self.tool, self.policy, self.requested, tag, answer, meta_key=self.meta_key, stub=self.stub
+        )
         self.reason = after.reason
         if isinstance(after, AnswerNotModified):
             self.reply = after.reply

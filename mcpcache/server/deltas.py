@@ -18,8 +18,9 @@ import orjson
 from mcpcache import delta
 from mcpcache.etag import CanonicalizationError
 from mcpcache.protocol import META_KEY, CacheBlock
-from mcpcache.server.decisions import DeltaChoice, TryDelta, decide_delta
+from mcpcache.server.decisions import DeltaChoice, TryDelta, decide_delta, stub_refusal
 from mcpcache.server.policies import CachePolicy
+from mcpcache.server.stubs import NO_OUTPUT_SCHEMA, StubCheck
 
 __all__ = ["delta_choice"]
 
@@ -36,6 +37,7 @@ def delta_choice(
     answer_size: int | None,
     digest: Callable[[], str],
     meta_key: str = META_KEY,
+    stub: StubCheck = NO_OUTPUT_SCHEMA,
 ) -> DeltaChoice:
     """The reply for a caller that holds the answer sent under `plan.base`.
 
@@ -43,12 +45,14 @@ def delta_choice(
     `new_document`: builds the new answer's document (called only when there is a base to diff against).
     `answer_size`: the new answer's size, what "half the answer" is measured against (None: it has no
     JSON form). `digest`: the new answer's `mcpcache.etag.answer_digest` (called only for ops small
-    enough to send; a `CanonicalizationError` from it means the answer has no digest form).
+    enough to send; a `CanonicalizationError` from it means the answer has no digest form). `stub`: the
+    tool's output schema; when it refuses the stub, nothing is diffed and the full answer goes.
     """
     ops: list[dict[str, Any]] | None = None
     ops_size = 0
     found: str | None = None
-    if base is not None and answer_size is not None:
+    refused = stub_refusal(tool, policy, structured_content, stub)
+    if base is not None and answer_size is not None and refused is None:
         ops = delta.diff(base, new_document(), max_bytes=answer_size // 2)
         if ops is not None:
             ops_size = len(orjson.dumps(ops))
@@ -68,4 +72,5 @@ def delta_choice(
         ops_size=ops_size,
         digest=found,
         meta_key=meta_key,
+        stub=stub,
     )

@@ -57,6 +57,7 @@ from mcpcache.server.decisions import (
     history_partition,
     needs_content_tag,
     plan_delta,
+    stub_refusal,
     validator_matches,
 )
 from mcpcache.server.deltas import delta_choice
@@ -71,6 +72,7 @@ from mcpcache.server.history import (
     version_of,
 )
 from mcpcache.server.policies import CachePolicy, ToolPolicies
+from mcpcache.server.stubs import NO_OUTPUT_SCHEMA, StubCheck
 from mcpcache.server.telemetry import Outcome as Reported
 from mcpcache.server.telemetry import ServerTelemetry
 
@@ -243,6 +245,13 @@ class ToolCall(Protocol[R_co]):
     async def has_structured_output(self) -> bool | None:
         """Whether the tool answers with structured content (None: not known)."""
 
+    async def stub_check(self) -> StubCheck:
+        """The tool's output schema, which the stub of a not-modified or delta reply must pass
+        (`StubCheck.unknown` when the adapter cannot see it). Asked only of a call that carries a tag."""
+
+
+_CALLBACKS_HINT = "pass Revalidator.call a stub_check callback"
+
 
 @dataclass(frozen=True)
 class _Callbacks(Generic[R]):
@@ -259,6 +268,7 @@ class _Callbacks(Generic[R]):
     structured_output: Callable[[], Awaitable[bool | None]] | None
     body_tagged: Callable[[BelowTagging], Awaitable[R]] | None
     partition: Partition = ANONYMOUS
+    stub: Callable[[], Awaitable[StubCheck]] | None = None
 
     @property
     def tags_below(self) -> bool:
@@ -276,6 +286,9 @@ class _Callbacks(Generic[R]):
 
     async def has_structured_output(self) -> bool | None:
         return await self.structured_output() if self.structured_output is not None else None
+
+    async def stub_check(self) -> StubCheck:
+        return await self.stub() if self.stub is not None else StubCheck.unknown(_CALLBACKS_HINT)
 
 
 @dataclass(frozen=True)
@@ -322,6 +335,8 @@ class Revalidator:
         self._structured_seen: dict[str, bool] = {}
         # The `kind` each tool's last answer carried, for not-modified replies that skip the body.
         self._kind_seen: dict[str, str | None] = {}
+        # Tools whose stub went out unchecked (the adapter cannot see their schema): warned about once.
+        self._unchecked_warned: set[str] = set()
 
     async def _version_tag(self, tool: str, policy: CachePolicy, arguments: Mapping[str, Any]) -> str | None:
         validator = policy.validator
@@ -420,12 +435,14 @@ class Revalidator:
         run_body_tagged: Callable[[BelowTagging], Awaitable[R]] | None = None,
         policy: CachePolicy | None = None,
         partition: Partition = ANONYMOUS,
+        stub_check: Callable[[], Awaitable[StubCheck]] | None = None,
     ) -> Outcome[R]:
-        """`run` for a call given as callbacks (the form of earlier versions); see `ToolCall` for each."""
+        """`run` for a call given as callbacks (the form of earlier versions); see `ToolCall` for each.
+        Without `stub_check` the tool's output schema is not known, and stubs go unchecked."""
         return await self.run(
             _Callbacks(
                 tool, arguments, request_meta, policy, memo_inside, memo_outside,
-                run_body, read_answer, has_structured_output, run_body_tagged, partition,
+                run_body, read_answer, has_structured_output, run_body_tagged, partition, stub_check,
             )
         )  # fmt: skip
 
@@ -446,6 +463,8 @@ class Revalidator:
         conditions = asked or NO_CONDITIONS
         requested = conditions.etag
         pre_tag = None if call.memo_inside else await self._version_tag(tool, policy, args)
+        # Only a call with a tag can be answered with a stub: only then is the schema worth looking up.
+        stub = await call.stub_check() if requested is not None else NO_OUTPUT_SCHEMA
 
         structured: bool | None = None
         if validator_matches(requested, pre_tag):  # only then is the tool's schema worth looking up
@@ -453,11 +472,19 @@ class Revalidator:
             if structured is None:
                 structured = self._structured_seen.get(tool)
         before = decide_before_body(
-            tool, policy, requested, pre_tag, structured, own_kind=self._kind_seen.get(tool), meta_key=self.meta_key
+            tool,
+            policy,
+            requested,
+            pre_tag,
+            structured,
+            own_kind=self._kind_seen.get(tool),
+            meta_key=self.meta_key,
+            stub=stub,
         )
         match before:
             case SkipBody(reply=reply, reason=reason):
                 self._confirmed(call, policy, args, requested)
+                self._unchecked(tool, stub, reply)
                 return self._record(tool, NotModified(reply, body_ran=False, reason=reason))
             case RunBody():
                 logger.debug("tool %r: %s", tool, before.reason)
@@ -467,7 +494,7 @@ class Revalidator:
         below: BelowTagging | None = None
         try:
             if call.tags_below and policy.etag and pre_tag is None:
-                below = BelowTagging(tool, policy, requested, self.meta_key, sizes=self.sizes)
+                below = BelowTagging(tool, policy, requested, self.meta_key, sizes=self.sizes, stub=stub)
                 result = await call.run_body_tagged(below)
             else:
                 result = await call.run_body()
@@ -480,6 +507,7 @@ class Revalidator:
             if below.reply is not None:
                 reason = f"{below.reason} ({'answer converted first' if below.converted else 'answer not converted'})"
                 self._confirmed(call, policy, args, requested)
+                self._unchecked(tool, stub, below.reply)
                 return self._record(
                     tool,
                     NotModified(
@@ -503,19 +531,35 @@ class Revalidator:
                 facts = _Facts(from_answer=True, structured_in_text=below.structured_in_text)
             else:
                 tag = self._answer_tag(tool, answer)
-        after = decide_after_body(tool, policy, requested, tag, answer, meta_key=self.meta_key)
+        after = decide_after_body(tool, policy, requested, tag, answer, meta_key=self.meta_key, stub=stub)
         match after:
             case SendAsIs(reason=reason):
                 return self._record(tool, PassThrough(result, reason), is_error=answer.is_error)
             case Stamp(block=block, reason=reason):
-                sent = self._full_or_delta(call, policy, args, conditions, answer, result, block, reason, facts)
+                sent = self._full_or_delta(call, policy, args, conditions, answer, result, block, reason, facts, stub)
+                if isinstance(sent, DeltaSent):
+                    self._unchecked(tool, stub, sent.reply)
                 return self._record(tool, sent)
             case AnswerNotModified(reply=reply, reason=reason):
                 self._confirmed(call, policy, args, requested)
                 saved = self._saved(tag, reply, answer)
+                self._unchecked(tool, stub, reply)
                 return self._record(tool, NotModified(reply, body_ran=True, reason=reason, saved=saved))
             case _:
                 assert_never(after)
+
+    def _unchecked(self, tool: str, stub: StubCheck, reply: NotModifiedReply | DeltaReply) -> None:
+        """Warn, once per tool, that a stub went out that nobody could check against the tool's schema."""
+        if stub.known or reply.structured_content is None or tool in self._unchecked_warned:
+            return
+        self._unchecked_warned.add(tool)
+        logger.warning(
+            "tool %r: its output schema is not known here, so the stub %s went out unchecked; a schema that "
+            "requires more than `kind` refuses it (to check it: %s)",
+            tool,
+            orjson.dumps(reply.structured_content).decode(),
+            stub.hint,
+        )
 
     # The history ----------------------------------------------------------------------------------
 
@@ -552,12 +596,14 @@ class Revalidator:
         block: CacheBlock,
         reason: str,
         facts: _Facts,
+        stub: StubCheck = NO_OUTPUT_SCHEMA,
     ) -> Stamped[R] | DeltaSent:
         """Record the stamped answer in the history, and send it, or the change only when the caller holds
         an older answer the history still has."""
         tag = block.etag
         key = self._history_key(call, policy, args) if tag is not None else None
-        plan = plan_delta(policy, conditions, tag, offered=self.delta_formats, kept=key is not None)
+        refused = stub_refusal(call.tool, policy, answer.structured_content, stub) if conditions.accept_delta else None
+        plan = plan_delta(policy, conditions, tag, offered=self.delta_formats, kept=key is not None, refused=refused)
         base: Version | None = None
         version: Version | None = None
         if self.history is not None and key is not None and tag is not None:
@@ -586,7 +632,7 @@ class Revalidator:
                     return Stamped(result, block, reason)
                 return Stamped(result, block, f"{reason}; full answer: {why}", delta_declined=True)
             case TryDelta():
-                choice = self._delta_choice(call.tool, policy, block, plan, answer, base, version)
+                choice = self._delta_choice(call.tool, policy, block, plan, answer, base, version, stub)
             case _:
                 assert_never(plan)
         match choice:
@@ -606,6 +652,7 @@ class Revalidator:
         answer: Answer,
         base: Version | None,
         version: Version | None,
+        stub: StubCheck,
     ) -> DeltaChoice:
         """The CPU work of a delta (`mcpcache.server.deltas.delta_choice`) from the history's versions."""
         base_document: dict[str, Any] | None = None
@@ -626,4 +673,5 @@ class Revalidator:
             answer_size=version.json_size if version is not None else None,
             digest=lambda: answer_digest(content, structured, meta, meta_key=self.meta_key),
             meta_key=self.meta_key,
+            stub=stub,
         )

@@ -7,7 +7,10 @@ also advertises `EXTENSION_ID` through the SDK's own capability mechanism.
     mcp = MCPServer("nb", extensions=[RevalidationExtension(policies)])
 
 The SDK gives an extension no view of the server's tools (neither their `meta` nor `tools/list`), so
-declarations are by name only, and `tools/list` is not annotated (docs/server.md).
+declarations are by name only, and `tools/list` is not annotated (docs/server.md). Told the server
+afterwards (`extension.attach(mcp)`), it reads each tool's output schema from the server's own listing:
+it then never sends a not-modified or delta reply whose stub `{"kind": K}` the schema refuses (the full
+answer goes), and knows from the start which tools answer with structured content.
 
 Delta replies (docs/server.md, "Delta replies") partition the history by the caller the SDK's bearer
 auth verified: the HTTP request's authenticated user when the transport hands the request over, else
@@ -16,9 +19,10 @@ the SDK's own auth context (`get_access_token`), as its request-state binding re
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, assert_never
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, assert_never
 
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -32,17 +36,26 @@ from mcpcache.server.decisions import Answer, BelowTagging, NotAnAnswer
 from mcpcache.server.history import DEFAULT_HISTORY_BYTES, AnswerHistory, Partition
 from mcpcache.server.policies import ToolPolicies
 from mcpcache.server.revalidator import DeltaSent, NotModified, PassThrough, Revalidator, ServerStats, Stamped
+from mcpcache.server.stubs import StubCheck, StubChecks
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
 
 __all__ = ["RevalidationExtension"]
+
+logger = logging.getLogger("mcpcache.server")
+
+_ATTACH_HINT = "call extension.attach(server) once the MCPServer is made"
 
 
 @dataclass(frozen=True)
 class _SDKCall:
     """One `tools/call` of a declared tool, as the driver sees it (`mcpcache.server.revalidator.ToolCall`).
 
-    The SDK hands an extension neither the tool's output schema nor a way to tag below the handler, and
-    no response memo sits under it."""
+    The SDK hands an extension neither the tool's output schema (the extension reads it from the server
+    it was attached to, if any) nor a way to tag below the handler, and no response memo sits under it."""
 
+    extension: RevalidationExtension
     params: CallToolRequestParams
     ctx: ServerRequestContext[Any, Any]
     call_next: CallNext
@@ -50,6 +63,13 @@ class _SDKCall:
     memo_outside: bool = False
     tags_below: bool = False
     policy: None = None
+    _schema: list[Mapping[str, Any] | None] = field(default_factory=list)
+    """The tool's output schema, once read from the attached server's listing in this call."""
+
+    async def _output_schema(self) -> Mapping[str, Any] | None:
+        if not self._schema:
+            self._schema.append(await self.extension.output_schema(self.tool))
+        return self._schema[0]
 
     @property
     def tool(self) -> str:
@@ -88,7 +108,14 @@ class _SDKCall:
         )
 
     async def has_structured_output(self) -> bool | None:
-        return None
+        # A tool with an output schema answers with structured content; one without may still (a returned
+        # CallToolResult), so only the first is known before the body runs.
+        return True if await self._output_schema() is not None else None
+
+    async def stub_check(self) -> StubCheck:
+        if self.extension.server is None:
+            return StubCheck.unknown(_ATTACH_HINT)
+        return self.extension.stubs.get(self.tool, await self._output_schema())
 
 
 class RevalidationExtension(Extension):
@@ -113,6 +140,27 @@ class RevalidationExtension(Extension):
             policies, meta_key=meta_key, delta_history_bytes=delta_history_bytes, meter_provider=meter_provider
         )
         self.meta_key = meta_key
+        self.server: MCPServer[Any] | None = None
+        """The server whose tools' output schemas the extension reads (`attach`)."""
+        self.stubs = StubChecks()
+
+    def attach(self, server: MCPServer[Any]) -> MCPServer[Any]:
+        """Let the extension read `server`'s tools (the server it was handed to): their output schemas
+        decide whether a not-modified reply's stub `{"kind": K}` may be sent. Returns `server`.
+
+        Without it, the extension cannot see the schemas: stubs go unchecked (a warning names each tool
+        the first time), and the first body-skipping reply per tool waits for one run of the body."""
+        self.server = server
+        return server
+
+    async def output_schema(self, tool: str) -> Mapping[str, Any] | None:
+        """`tool`'s output schema as the attached server lists it (None: none, or no server attached)."""
+        if self.server is None:
+            return None
+        for listed in await self.server.list_tools():
+            if listed.name == tool:
+                return listed.output_schema
+        return None
 
     @property
     def stats(self) -> ServerStats:
@@ -135,7 +183,7 @@ class RevalidationExtension(Extension):
     ) -> HandlerResult:
         if params.name not in self.revalidator.policies:
             return await call_next(ctx)
-        outcome = await self.revalidator.run(_SDKCall(params, ctx, call_next))
+        outcome = await self.revalidator.run(_SDKCall(self, params, ctx, call_next))
         match outcome:
             case PassThrough(result=result):
                 return result

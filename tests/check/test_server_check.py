@@ -47,6 +47,27 @@ def statuses(report: Report, tool: str = "read") -> dict[str, str]:
 
 # -- servers that conform --------------------------------------------------------------------------
 
+
+@pytest.mark.parametrize("kind", ["fastmcp", "sdk"])
+@pytest.mark.parametrize("checked", [True, False], ids=["full-answer", "refused-stub"])
+async def test_a_stub_the_output_schema_refuses_is_a_failure(kind: Any, checked: bool) -> None:
+    """doc_model's schema requires more than `kind`. A server that sends the full answer to its current
+    tag passes; one that sends the stub anyway (a MUST NOT of docs/protocol.md section 4) fails."""
+    from fixture_servers.catalog import build
+
+    report = await check(build(kind, stubs_checked=checked), ToolCall("doc_model", {"key": "k"}))
+    found = verdicts(report, "doc_model")
+    if checked:
+        assert found["nm-schema"].status == "pass", found["nm-schema"]
+        assert found["not-modified"].status == "pass", found["not-modified"]
+        assert found["weak-compare"].status == "pass", found["weak-compare"]
+        assert report.ok
+    else:
+        assert found["nm-schema"].status == "fail", found["nm-schema"]
+        assert "MUST NOT" in found["nm-schema"].detail
+        assert not report.ok
+
+
 EVERY_SCENARIO = {s.id for s in SERVER_SCENARIOS}
 
 
@@ -174,6 +195,20 @@ async def test_the_gateway_with_a_store_sends_deltas_that_pass(tmp_path: Any) ->
 BROKEN: dict[str, tuple[Quirks, tuple[ToolCall, ...], str, str, str]] = {
     # name: (quirks, mutating calls, the scenario that must not hold, its status, what its detail says)
     "a negative ttlMs": (Quirks(block={"ttlMs": -5}), (), "block", "fail", "ttlMs -5 is negative"),
+    "a negative stale window": (
+        Quirks(block={"staleWhileRevalidateMs": -1}),
+        (),
+        "block",
+        "fail",
+        "staleWhileRevalidateMs -1 is negative",
+    ),
+    "a stale window that is not a number": (
+        Quirks(block={"staleIfErrorMs": "10 min"}),
+        (),
+        "block",
+        "fail",
+        "staleIfErrorMs '10 min' is not an integer",
+    ),
     "an unknown scope": (Quirks(block={"cacheScope": "session"}), (), "block", "fail", "neither 'public' nor"),
     "a delta nobody asked for": (
         Quirks(deltas=True, delta_unasked=True),
@@ -206,7 +241,7 @@ BROKEN: dict[str, tuple[Quirks, tuple[ToolCall, ...], str, str, str]] = {
         Quirks(strict_schema=True),
         (),
         "nm-schema",
-        "warn",
+        "fail",
         "'key' is a required property",
     ),
     "not-modified to any tag": (Quirks(compare="any-tag"), (), "other-tag", "fail", "answered not-modified"),
@@ -228,6 +263,16 @@ async def test_a_broken_server_fails_the_scenario_it_breaks(case: str) -> None:
     assert (verdict.status, verdict.kind) == (status, "required" if status == "fail" else "recommended")
     assert detail in verdict.detail, verdict.detail
     assert report.ok is (status != "fail")
+
+
+async def test_stale_windows_in_the_block_are_checked_as_durations() -> None:
+    """Issue 23: the windows of docs/protocol.md section 12 are known fields (no "unknown fields" note), and
+    one over 24 h is noted as clamped, as a long ttlMs is."""
+    windows = {"staleWhileRevalidateMs": 30_000, "staleIfErrorMs": 100_000_000}
+    verdict = verdicts(await check(build_quirky(Quirks(block=windows)), READ))["block"]
+    assert verdict.status == "pass", verdict
+    assert "unknown fields" not in verdict.detail
+    assert "staleIfErrorMs 100000000 is over 24 h; clients clamp it" in verdict.detail
 
 
 def test_every_required_and_recommended_scenario_has_a_server_that_breaks_it() -> None:

@@ -104,6 +104,39 @@ def test_ls_shows_a_newcomer_what_was_cached(cache_dir: Path) -> None:
     assert "served again without asking the server" in out  # the legend: readable without the docs
 
 
+def test_ls_shows_the_stale_windows_an_entry_has(cache_dir: Path) -> None:
+    """Issue 23: the stale windows an answer was stamped with, beside its freshness; none, nothing said."""
+    server = FastMCP("windows")
+
+    @server.tool(output_schema=None)
+    def read_notebook(path: str) -> str:
+        return path
+
+    @server.tool(output_schema=None)
+    def list_files() -> list[str]:
+        return ["a"]
+
+    policies = {
+        "read_notebook": CachePolicy(ttl_ms=60_000, stale_while_revalidate_ms=30_000, stale_if_error_ms=600_000),
+        "list_files": CachePolicy(ttl_ms=5_000),
+    }
+    install(server, ToolPolicies(policies))
+
+    async def main() -> None:
+        async with ToolCache() as cache, Client(server) as client:
+            view = cache.wrap(client, server_id=SERVER)
+            await view.call_tool("read_notebook", {"path": "a.ipynb"})
+            await view.call_tool("list_files", {})
+
+    anyio.run(main)
+    code, out = cache_command("ls")
+    assert code == 0, out
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith(("read_notebook", "list_files"))}
+    assert "stale windows: 30.0 s while revalidating, 10.0 min on error" in rows["read_notebook"], out
+    assert "stale windows" not in rows["list_files"]
+    assert "how long after freshness ends the answer may still be served" in out  # the legend
+
+
 def test_ls_filters_and_limits(cache_dir: Path) -> None:
     fill()
     code, out = cache_command("ls", "--tool", "list_files")

@@ -36,7 +36,10 @@ async def test_fresh_stale_changed_and_failed(
     view_kind: ViewKind, server_kind: ServerKind, era: Era, clock: FakeClock, cache: ToolCache
 ) -> None:
     docs = DocStore()
-    async with connect(view_kind, ServerTarget.memory(build(server_kind, docs)), era, cache) as conn:
+    # A server that answers not-modified whatever the schema (doc_model's requires more than `kind`), as
+    # mcpcache's own did: the flow of a revalidation (test_a_refused_stub_* below: a server that does not).
+    server = build(server_kind, docs, stubs_checked=False)
+    async with connect(view_kind, ServerTarget.memory(server), era, cache) as conn:
         first = await conn.call("doc_model", KEY)
         assert (first.outcome.status, first.outcome.stored) == ("miss", True)
         assert docs.runs_of("doc_model", "k") == 1
@@ -94,6 +97,44 @@ async def test_fresh_stale_changed_and_failed(
     assert_stats_match(cache.stats, [first, hit, again, changed, served])
 
 
+@pytest.mark.parametrize("server_kind", SERVER_KINDS)
+@pytest.mark.parametrize("view_kind", VIEW_KINDS)
+async def test_a_refused_stub_gets_the_full_answer_which_the_cache_keeps_and_serves(
+    view_kind: ViewKind, server_kind: ServerKind, clock: FakeClock, cache: ToolCache
+) -> None:
+    """doc_model's schema refuses {"kind": K}, so the server answers the stale entry's tag with the full
+    answer under the same tag: the cache stores it (freshness restarted) and serves it; the stock view's
+    own validation passes, as the answer is whole."""
+    docs = DocStore()
+    async with connect(view_kind, ServerTarget.memory(build(server_kind, docs)), MODERN, cache) as conn:
+        mark = conn.mark()
+        first = await conn.call("doc_model", KEY)
+        _, whole = conn.log.exchange("tools/call", since=mark)
+        etag = block(first.result)["etag"]  # type: ignore[index]
+        clock.advance(5.001)
+        mark = conn.mark()
+        again = await conn.call("doc_model", KEY)
+        assert conn.tool_calls(mark) == 1
+        _, reply = conn.log.exchange("tools/call", since=mark)
+        assert reply.nbytes >= whole.nbytes - 16, "the whole answer came back, not a not-modified reply"
+        assert "revalidat" in again.outcome.reason, "the stale entry's tag went with the call"
+        assert (again.outcome.status, again.outcome.stored) == ("miss", True)
+        assert "same tag" in again.outcome.reason
+        assert again.result.structured_content == first.result.structured_content
+        assert block(again.result) == {"ttlMs": 5000, "cacheScope": "public", "etag": etag}
+        assert_full_answer(again.result)
+        assert docs.runs_of("doc_model", "k") == 2
+        # Stored: fresh again, served with nothing on the wire.
+        clock.advance(4.9)
+        mark = conn.mark()
+        hit = await conn.call("doc_model", KEY)
+        assert hit.outcome.status == "fresh_hit"
+        assert conn.tool_calls(mark) == 0
+        assert hit.result.structured_content == first.result.structured_content
+    assert cache.stats.revalidations == 0
+    assert cache.stats.stored == 2
+
+
 def assert_stats_match(stats: CacheStats, some_calls: list[CachedCall]) -> None:
     assert stats.calls >= len(some_calls)
     assert stats.calls == stats.fresh_hits + stats.revalidations + stats.misses + stats.bypasses + stats.coalesced
@@ -134,8 +175,10 @@ async def stock_rejects_not_modified(client: Any, etag: str) -> None:
 async def test_a_strict_output_schema_gets_the_stored_full_answer(
     view_kind: ViewKind, server_kind: ServerKind, era: Era, clock: FakeClock, cache: ToolCache
 ) -> None:
-    # doc_model's schema requires kind, key and text; the not-modified reply carries only kind.
-    async with connect(view_kind, ServerTarget.memory(build(server_kind)), era, cache) as conn:
+    # doc_model's schema requires kind, key and text; the not-modified reply of a server that sends it
+    # anyway (docs/protocol.md section 4 forbids it) carries only kind.
+    server = build(server_kind, stubs_checked=False)
+    async with connect(view_kind, ServerTarget.memory(server), era, cache) as conn:
         first = await conn.view.call_tool("doc_model", KEY)
         clock.advance(6)
         mark = conn.mark()
@@ -323,3 +366,24 @@ async def test_everything_else_is_forwarded_to_the_wrapped_client(cache: ToolCac
         assert "doc_dict" in {tool.name for tool in tools}
         assert conn.view.wrapped is conn.client
         assert conn.view.cache is cache
+
+
+@pytest.mark.parametrize("server_kind", SERVER_KINDS)
+async def test_end_freshness_makes_the_next_read_a_cheap_revalidation(
+    server_kind: ServerKind, clock: FakeClock, cache: ToolCache
+) -> None:
+    """docs/client.md, "Ending freshness without removing anything": the entry stays, its tag goes with the
+    next read, and an unchanged answer comes back not-modified."""
+    docs = DocStore()
+    async with connect("mcp", ServerTarget.memory(build(server_kind, docs)), MODERN, cache) as conn:
+        first = await conn.call("doc_dict", KEY)
+        assert (await conn.call("doc_dict", KEY)).outcome.status == "fresh_hit"
+        await cache.end_freshness(conn.view.server_id)
+        clock.advance(0.01)  # a request at the very instant of the end counts as sent before it
+        mark = conn.mark()
+        again = await conn.call("doc_dict", KEY)
+        assert again.outcome.status == "revalidated"
+        assert conn.tool_calls(mark) == 1
+        assert again.result.structured_content == first.result.structured_content
+        assert docs.runs_of("doc_dict", "k") == 2
+        assert (await conn.call("doc_dict", KEY)).outcome.status == "fresh_hit"

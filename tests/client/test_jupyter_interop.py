@@ -177,10 +177,14 @@ async def test_jupyters_helpers_read_mcpcache_answers(server_kind: ServerKind, e
             )
             assert jreval.requested_etag(params) == ours["etag"]
             reply = await call_raw(client, tool, {"key": "k"}, params.meta)  # type: ignore[arg-type]
-            assert reply.content == []
-            assert jreval._cache_block(reply.meta)[jreval.NOT_MODIFIED_KEY] is True
             assert jreval.answered_etag(reply) == ours["etag"]
             assert jreval.answered_kind(reply) == kind
+            if tool == "doc_model":  # its schema refuses {"kind": K}: the full answer under the tag
+                assert reply.content
+                assert not jreval._cache_block(reply.meta).get(jreval.NOT_MODIFIED_KEY)
+                continue
+            assert reply.content == []
+            assert jreval._cache_block(reply.meta)[jreval.NOT_MODIFIED_KEY] is True
 
 
 async def test_jupyters_helpers_read_what_our_cache_sends_and_serves(clock: FakeClock, cache: ToolCache) -> None:

@@ -48,11 +48,13 @@ async def core_flow(conn: Conn, clock: FakeClock, key: str) -> None:
     assert (await runs(conn, key)).get("doc_model") == 1
 
     # Stale: revalidated through the user's own call_tool. doc_model's schema requires more than `kind`,
-    # so the not-modified reply would fail the client's own check; the stored full answer passes it.
+    # so the server sends the full answer under the tag the cache sent (docs/protocol.md section 4), and
+    # the cache keeps it; the client's own check passes.
     clock.advance(6)
     mark = conn.mark()
     again = await conn.view.call_tool("doc_model", args)
-    assert conn.view.last_outcome.status == "revalidated"
+    assert conn.view.last_outcome.status == "miss"
+    assert "same tag" in conn.view.last_outcome.reason
     assert conn.tool_calls(mark) == 1
     if conn.kind == "fastmcp":
         assert (again.data.key, again.data.text) == (key, f"{key}: first edition")

@@ -9,7 +9,9 @@ tools with validators.
 Every tool takes a `key`. Tests that share a server process keep out of each other's way by using keys
 of their own. `DocStore` is the source the tools read; `write_doc` (undeclared) changes it, and
 `body_runs` (undeclared) reports how often each body ran for a key. `build(kind, cache=False)` is the
-same server without mcpcache, to compare against.
+same server without mcpcache, to compare against. `build(kind, stubs_checked=False)` is a server that
+breaks docs/protocol.md section 4 as mcpcache's own did before it checked stubs: it sends the stub
+`{"kind": K}` whatever the tool's output schema, for tests of what a client does with such a server.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pydantic import BaseModel, ConfigDict
 from mcpcache.server.fastmcp import install
 from mcpcache.server.policies import CachePolicy, ToolPolicies
 from mcpcache.server.sdk import RevalidationExtension
+from mcpcache.server.stubs import NO_OUTPUT_SCHEMA, StubCheck, StubChecks
 
 ServerKind = Literal["fastmcp", "sdk"]
 SERVER_KINDS: tuple[ServerKind, ...] = ("fastmcp", "sdk")
@@ -67,7 +70,8 @@ class DocStore:
 
 
 class Doc(BaseModel):
-    """A strict output model: a not-modified `{"kind": ...}` does not satisfy its schema."""
+    """A strict output model: a not-modified `{"kind": ...}` does not satisfy its schema, so a matching
+    tag gets the full answer (docs/protocol.md section 4)."""
 
     kind: Literal["doc.model"] = "doc.model"
     key: str
@@ -119,6 +123,18 @@ NOT_MODIFIED_KIND = {
     "doc_mcp_result": "doc_mcp_result",
 }
 """The `kind` of a not-modified reply, by the K rule of docs/protocol.md section 4."""
+
+STUB_REFUSED = frozenset({"doc_model", "doc_text"})
+"""Tools whose output schema refuses `{"kind": K}`: a strict model, and a str FastMCP and the SDK wrap
+under a required `result`. A matching tag gets the full answer (docs/protocol.md section 4)."""
+
+
+class _Unchecked(StubChecks):
+    """A server that never looks at the schema (`build(stubs_checked=False)`)."""
+
+    def get(self, tool: str, schema: Mapping[str, Any] | None) -> StubCheck:
+        return NO_OUTPUT_SCHEMA
+
 
 POLICIES: dict[str, CachePolicy] = {
     "doc_model": CachePolicy(ttl_ms=5000, scope="public"),
@@ -272,7 +288,7 @@ def _plain_text(store: DocStore) -> Callable[[str], str]:
     return doc_text_plain
 
 
-def build_fastmcp(store: DocStore, *, cache: bool = True) -> FastMCP:
+def build_fastmcp(store: DocStore, *, cache: bool = True, stubs_checked: bool = True) -> FastMCP:
     server = FastMCP("catalog-fastmcp")
     policies = _policies(store)
     for fn in _tools(store, policies, "fastmcp"):
@@ -294,13 +310,18 @@ def build_fastmcp(store: DocStore, *, cache: bool = True) -> FastMCP:
         return ToolResult(content=[mt.TextContent(type="text", text=f"no access to {key}")], is_error=True)
 
     if cache:
-        install(server, policies)
+        middleware = install(server, policies)
+        if not stubs_checked:
+            middleware.stubs = _Unchecked()
     return server
 
 
-def build_sdk(store: DocStore, *, cache: bool = True) -> MCPServer:
+def build_sdk(store: DocStore, *, cache: bool = True, stubs_checked: bool = True) -> MCPServer:
     policies = _policies(store)
-    server = MCPServer("catalog-sdk", extensions=[RevalidationExtension(policies)] if cache else None)
+    extension = RevalidationExtension(policies) if cache else None
+    server = MCPServer("catalog-sdk", extensions=[extension] if extension is not None else None)
+    if extension is not None and stubs_checked:
+        extension.attach(server)  # it reads the output schemas: doc_model's refuses the stub
     for fn in _tools(store, policies, "sdk"):
         server.add_tool(fn)
     server.add_tool(_plain_text(store), structured_output=False)
@@ -322,9 +343,12 @@ def build_sdk(store: DocStore, *, cache: bool = True) -> MCPServer:
     return server
 
 
-def build(kind: ServerKind, store: DocStore | None = None, *, cache: bool = True) -> FastMCP | MCPServer:
-    """A catalogue server of `kind` reading `store` (a fresh one if None); `cache=False` leaves mcpcache out."""
+def build(
+    kind: ServerKind, store: DocStore | None = None, *, cache: bool = True, stubs_checked: bool = True
+) -> FastMCP | MCPServer:
+    """A catalogue server of `kind` reading `store` (a fresh one if None); `cache=False` leaves mcpcache out;
+    `stubs_checked=False` makes it send stubs the output schema refuses (see the module docstring)."""
     store = store if store is not None else DocStore()
     if kind == "fastmcp":
-        return build_fastmcp(store, cache=cache)
-    return build_sdk(store, cache=cache)
+        return build_fastmcp(store, cache=cache, stubs_checked=stubs_checked)
+    return build_sdk(store, cache=cache, stubs_checked=stubs_checked)

@@ -138,6 +138,26 @@ def test_the_one_command_options() -> None:
         with_overrides(config, redis="http://nope")
 
 
+def test_the_one_command_options_set_the_stale_windows_as_the_toml_keys_do() -> None:
+    """Issue 23: `--tool` had no way to the stale windows the TOML has; the flags are named as its keys."""
+    name, settings = parse_tool_option("read_notebook=5000:stale_while_revalidate_ms=30000:stale_if_error_ms=600000")
+    assert (name, settings) == (
+        "read_notebook",
+        ToolSettings(ttl_ms=5000, stale_while_revalidate_ms=30000, stale_if_error_ms=600000),
+    )
+    assert parse_tool_option("items=0:public:stale_if_error_ms=0")[1].stale_if_error_ms == 0
+    for bad, why in [
+        ("x=1:stale_if_error_ms=soon", "not a whole number"),
+        ("x=1:stale_if_error_ms=-1", "stale windows must be between 0"),
+        ("x=1:stale_while_revalidate_ms=99999999999", "stale windows must be between 0"),
+        ("x=1:stale=5", "unknown flag"),
+    ]:
+        with pytest.raises(ConfigError, match=why):
+            parse_tool_option(bad)
+    config = quick_config(url="http://127.0.0.1:9/mcp", command=None, tools=["r=5:stale_if_error_ms=7"])
+    assert config.upstreams["upstream"].tools["r"].stale_if_error_ms == 7
+
+
 def test_the_command_prints_one_clear_line_and_starts_nothing(tmp_path: Path) -> None:
     path = tmp_path / "gateway.toml"
     path.write_text(UPSTREAM + "\n[upstreams.nb.tools.read_notebook]\nttl_ms = -5\n", encoding="utf-8")

@@ -25,6 +25,7 @@ from fixture_servers.catalog import (
     SERVER_KINDS,
     STOCK_SHAPES,
     STRUCTURED,
+    STUB_REFUSED,
     DocStore,
     ServerKind,
     build,
@@ -181,7 +182,13 @@ async def test_a_matching_tag_gets_not_modified_and_a_change_gets_the_new_answer
         assert tag is not None
 
         reply = await call_conditional(client, tool, args, tag)
-        assert_not_modified(reply, etag=tag, kind=NOT_MODIFIED_KIND.get(tool), ttl_ms=policy.ttl_ms, scope=policy.scope)
+        if tool in STUB_REFUSED:
+            # The schema refuses {"kind": K}: the full answer again, under the same tag (docs/protocol.md 4).
+            assert assert_full(reply).etag == tag
+            assert without_block(reply) == without_block(first)
+        else:
+            kind = NOT_MODIFIED_KIND.get(tool)
+            assert_not_modified(reply, etag=tag, kind=kind, ttl_ms=policy.ttl_ms, scope=policy.scope)
         # Weak comparison: the same opaque tag without W/ matches, and the reply names the current tag.
         strong = await call_conditional(client, tool, args, tag.removeprefix("W/"))
         assert block_of(strong) == block_of(reply)
@@ -196,7 +203,7 @@ async def test_a_matching_tag_gets_not_modified_and_a_change_gets_the_new_answer
 
         again = await call_conditional(client, tool, args, new_tag)
         assert block_of(again) == CacheBlock(
-            ttl_ms=policy.ttl_ms, cache_scope=policy.scope, etag=new_tag, not_modified=True
+            ttl_ms=policy.ttl_ms, cache_scope=policy.scope, etag=new_tag, not_modified=tool not in STUB_REFUSED
         )
 
 
@@ -498,18 +505,22 @@ async def test_a_failing_validator_falls_back_to_hashing_the_answer(
     assert all(r.exc_info is not None for r in failures)
 
 
-async def test_sdk_a_validator_match_in_a_fresh_process_runs_the_body_once(store: DocStore) -> None:
-    """The SDK extension cannot see a tool's output schema, so until the tool has answered once in this
-    process it cannot tell whether the reply needs structuredContent: it runs the body, then answers
-    not-modified (the validator tag still matches). From then on the body is skipped."""
+@pytest.mark.parametrize("attached", [True, False])
+async def test_sdk_a_validator_match_in_a_fresh_process_runs_the_body_once(store: DocStore, attached: bool) -> None:
+    """The SDK extension sees a tool's output schema only through the server it was attached to. Without
+    it, until the tool has answered once in this process it cannot tell whether the reply needs
+    structuredContent: it runs the body, then answers not-modified (the validator tag still matches).
+    From then on the body is skipped. Attached, the schema says so, and the body never runs (so no
+    answer has told it the tool's own kind: the reply names the tool, as FastMCP's does)."""
     args = {"key": "fresh"}
     tag = validator_tag("doc_versioned", args, 0)
-    async with connect(build("sdk", store)) as client:
+    async with connect(build("sdk", store, stubs_checked=attached)) as client:
         first = await call_conditional(client, "doc_versioned", args, tag)
         second = await call_conditional(client, "doc_versioned", args, tag)
     for reply in (first, second):
-        assert_not_modified(reply, etag=tag, kind="doc", ttl_ms=5000, scope="private")
-    assert store.runs_of("doc_versioned", "fresh") == 1
+        kind = "doc_versioned" if attached else "doc"
+        assert_not_modified(reply, etag=tag, kind=kind, ttl_ms=5000, scope="private")
+    assert store.runs_of("doc_versioned", "fresh") == (0 if attached else 1)
 
 
 class Stub(BaseModel):

@@ -26,6 +26,7 @@ from mcpcache.server.fastmcp.raw_tags import HANDOFF, Handoff, RawTagTransform, 
 from mcpcache.server.history import DEFAULT_HISTORY_BYTES, UNKNOWN, AnswerHistory, Partition
 from mcpcache.server.policies import CachePolicy, ToolPolicies, Validator
 from mcpcache.server.revalidator import DeltaSent, NotModified, PassThrough, Revalidator, ServerStats, Stamped
+from mcpcache.server.stubs import StubCheck, StubChecks
 
 if TYPE_CHECKING:
     from fastmcp import FastMCP
@@ -63,6 +64,8 @@ class RevalidationMiddleware(Middleware):
             policies, meta_key=meta_key, delta_history_bytes=delta_history_bytes, meter_provider=meter_provider
         )
         self.meta_key = meta_key
+        self.stubs = StubChecks()
+        """Whether each tool's output schema accepts the stub of a not-modified reply, per schema."""
         self._checked = False
 
     @property
@@ -164,6 +167,8 @@ class _FastMCPCall:
     memo_inside: bool = False
     memo_outside: bool = False
     tags_below: bool = False
+    _found: list[Tool | None] = field(default_factory=list)
+    """The tool as this call's server hands it out, once looked up (the schema, the tagging check)."""
 
     def __post_init__(self) -> None:
         fctx = self.context.fastmcp_context
@@ -194,12 +199,20 @@ class _FastMCPCall:
         return request_context.meta if request_context is not None else None
 
     async def _tool(self) -> Tool | None:
-        fctx = self.context.fastmcp_context
-        return await fctx.fastmcp.get_tool(self.tool) if fctx is not None else None
+        if not self._found:
+            fctx = self.context.fastmcp_context
+            self._found.append(await fctx.fastmcp.get_tool(self.tool) if fctx is not None else None)
+        return self._found[0]
 
     async def has_structured_output(self) -> bool | None:
         tool = await self._tool()
         return None if tool is None else tool.output_schema is not None
+
+    async def stub_check(self) -> StubCheck:
+        tool = await self._tool()
+        if tool is None:
+            return StubCheck.unknown("the tool was not found through the FastMCP server of the call")
+        return self.middleware.stubs.get(self.tool, tool.output_schema)
 
     async def run_body(self) -> ToolResult:
         token = CLAIM.set(self.claim)

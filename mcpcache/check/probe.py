@@ -88,11 +88,37 @@ async def connect(target: Target, era: Era) -> AsyncIterator[tuple[mcp.Client, W
     file (a server logging tracebacks for the invalid-argument probes would bury the report)."""
     log = WireLog()
     with tempfile.TemporaryFile("w+") as errlog:
-        async with (
-            _transport(target, errlog) as inner,
-            mcp.Client(CountingTransport(inner, log), mode=era) as client,
-        ):
-            yield client, log
+        try:
+            async with (
+                _transport(target, errlog) as inner,
+                mcp.Client(CountingTransport(inner, log), mode=era) as client,
+            ):
+                yield client, log
+        except Exception as exc:
+            last = _last_line(errlog) if target.command else None
+            if last is None:
+                raise
+            # A stdio server that dies says why on stderr, which the SDK's error ("Connection closed") does not.
+            raise ServerFailed(f"{_innermost(exc)}; the server's stderr ended with: {last}") from exc
+
+
+class ServerFailed(RuntimeError):
+    """The connection to a stdio server failed; the message ends with the last line the server wrote on stderr."""
+
+
+def _innermost(exc: BaseException) -> str:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]  # anyio's task groups wrap the one failure that matters
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _last_line(errlog: IO[str]) -> str | None:
+    try:
+        errlog.seek(0)
+        lines = [line.strip() for line in errlog.read()[-8192:].splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return None
+    return lines[-1][:300] if lines else None
 
 
 async def list_tools(client: mcp.Client) -> list[dict[str, Any]]:

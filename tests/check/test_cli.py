@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from support.transports import SERVE_SCRIPT
@@ -45,6 +46,19 @@ def test_an_unreachable_server_is_one_line_and_exit_status_1() -> None:
     assert result.exit_code == 1
     assert result.stderr.startswith(f"mcpcache check: could not check {url}: ")
     assert len(result.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in result.output
+
+
+def test_a_stdio_server_that_dies_at_start_is_named_with_its_own_last_words(tmp_path: Path) -> None:
+    """The SDK says only "Connection closed"; the server said why on stderr, and the one line says it too."""
+    missing = tmp_path / "no-such-folder"
+    command = [sys.executable, "-m", "mcpcache", "demo-server", "--dir", str(missing)]
+    result = CliRunner().invoke(app, ["check", "--timeout", "30", "--", *command])
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("mcpcache check: could not check ")
+    assert "the server's stderr ended with: mcpcache demo-server: Invalid value for --dir" in lines[0]
     assert "Traceback" not in result.output
 
 

@@ -22,7 +22,7 @@ from mcpcache import delta
 from mcpcache.canonical import CanonicalizationError, canonical_json
 from mcpcache.etag import answer_digest
 from mcpcache.gateway.decisions import Route, history_partition
-from mcpcache.gateway.history import THREAD_FROM_BYTES, CallKey, StoreHistory
+from mcpcache.gateway.history import CallKey, StoreHistory
 from mcpcache.protocol import Conditions, DeltaReply, Scope
 from mcpcache.server.decisions import (
     AfterBody,
@@ -37,7 +37,7 @@ from mcpcache.server.decisions import (
     saved_by,
     stub_refusal,
 )
-from mcpcache.server.deltas import delta_choice
+from mcpcache.server.deltas import THREAD_FROM_BYTES, delta_choice
 from mcpcache.server.policies import CachePolicy
 from mcpcache.server.stubs import NO_OUTPUT_SCHEMA, StubCheck
 

@@ -47,6 +47,7 @@ from mcpcache.client.entries import Encoded, decode_result, encode_entry
 from mcpcache.client.keys import readable_server
 from mcpcache.etag import meta_without_block
 from mcpcache.protocol import META_KEY, opaque_tag
+from mcpcache.server.deltas import THREAD_FROM_BYTES
 from mcpcache.server.history import DEFAULT_HISTORY_BYTES, VERSIONS_PER_KEY
 from mcpcache.stores.base import DEFAULT_SECONDS_PER_MB, Item, Store, Usage, transfer_budget_s
 from mcpcache.stores.circuit import Circuit
@@ -75,10 +76,6 @@ sent over and over (a stock client's reads, answers served fresh from the store)
 at most this often. Another replica's trimming may remove it meanwhile; a caller that then asks for a
 delta against it gets the full answer."""
 KNOWN_VERSIONS: Final = 4096
-
-THREAD_FROM_BYTES: Final = 256 * 1024
-"""Answers from this size on are encoded and decoded in a worker thread: tens of milliseconds for a
-multi-megabyte answer, which the event loop would otherwise spend not serving other callers."""
 
 
 @dataclass(frozen=True)

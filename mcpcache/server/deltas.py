@@ -11,7 +11,7 @@ most of it the digest), so a caller on an event loop may run it in a worker thre
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -22,7 +22,12 @@ from mcpcache.server.decisions import DeltaChoice, TryDelta, decide_delta, stub_
 from mcpcache.server.policies import CachePolicy
 from mcpcache.server.stubs import NO_OUTPUT_SCHEMA, StubCheck
 
-__all__ = ["delta_choice"]
+__all__ = ["THREAD_FROM_BYTES", "delta_choice"]
+
+THREAD_FROM_BYTES: Final = 256 * 1024
+"""Answers from this size on have their delta work (and, in the gateway, their encoding and decoding) done in
+a worker thread: tens of milliseconds for a multi-megabyte answer, which the event loop would otherwise spend
+not serving other callers."""
 
 
 def delta_choice(

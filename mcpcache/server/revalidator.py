@@ -60,7 +60,7 @@ from mcpcache.server.decisions import (
     stub_refusal,
     validator_matches,
 )
-from mcpcache.server.deltas import delta_choice
+from mcpcache.server.deltas import THREAD_FROM_BYTES, delta_choice
 from mcpcache.server.history import (
     ANONYMOUS,
     DEFAULT_HISTORY_BYTES,
@@ -536,7 +536,9 @@ class Revalidator:
             case SendAsIs(reason=reason):
                 return self._record(tool, PassThrough(result, reason), is_error=answer.is_error)
             case Stamp(block=block, reason=reason):
-                sent = self._full_or_delta(call, policy, args, conditions, answer, result, block, reason, facts, stub)
+                sent = await self._full_or_delta(
+                    call, policy, args, conditions, answer, result, block, reason, facts, stub
+                )
                 if isinstance(sent, DeltaSent):
                     self._unchecked(tool, stub, sent.reply)
                 return self._record(tool, sent)
@@ -585,7 +587,7 @@ class Revalidator:
             if key is not None:
                 self.history.touch(key, tag)
 
-    def _full_or_delta(
+    async def _full_or_delta(
         self,
         call: ToolCall[R],
         policy: CachePolicy,
@@ -632,7 +634,12 @@ class Revalidator:
                     return Stamped(result, block, reason)
                 return Stamped(result, block, f"{reason}; full answer: {why}", delta_declined=True)
             case TryDelta():
-                choice = self._delta_choice(call.tool, policy, block, plan, answer, base, version, stub)
+                work = functools.partial(
+                    self._delta_choice, call.tool, policy, block, plan, answer, base, version, stub
+                )
+                # A large answer's diff and digest (about 30 ms at 5 MB) run beside the loop, not on it.
+                large = version is not None and version.json_size >= THREAD_FROM_BYTES
+                choice = await anyio.to_thread.run_sync(work) if large else work()
             case _:
                 assert_never(plan)
         match choice:

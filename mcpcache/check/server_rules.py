@@ -17,6 +17,7 @@ import mcp_types as mt
 from jsonschema import exceptions as jsonschema_exceptions  # type: ignore[import-untyped]
 from jsonschema import validators
 from pydantic import ValidationError
+from referencing import Registry
 
 from mcpcache import delta
 from mcpcache.check.core import BLOCK, DELTA, META_COVERED, REPLY, TAG, Judged, Scenario
@@ -402,7 +403,11 @@ def judge_not_modified_shape(obs: ToolObservations) -> Judged:
 
 def _schema_error(schema: Mapping[str, Any], instance: object) -> str | None:
     try:
-        validator = validators.validator_for(schema)(schema)
+        # As the MCP SDK's client validates a reply: the schema checked against its metaschema first (a
+        # schema that fails it makes the client refuse every reply), `$ref`s resolved within the schema only.
+        validator_class = validators.validator_for(schema)
+        validator_class.check_schema(schema)
+        validator = validator_class(schema, registry=Registry())
         error = jsonschema_exceptions.best_match(validator.iter_errors(instance))
     except Exception as exc:  # an invalid or unresolvable schema: report it, never raise
         return f"the output schema cannot be used: {short(str(exc), 80)}"

@@ -84,17 +84,19 @@ class CachePolicy:
             raise TypeError("deltas must be True or False")
         if isinstance(self.key_arguments, str) or isinstance(self.ignore_arguments, str):
             raise TypeError("key_arguments and ignore_arguments are lists of argument names, not a string")
-        if self.key_arguments is not None:
-            object.__setattr__(self, "key_arguments", tuple(sorted(set(self.key_arguments))))
-        object.__setattr__(self, "ignore_arguments", tuple(sorted(set(self.ignore_arguments))))
-        # Built (and so checked) now: a bad declaration raises where it is written, and calls read it ready.
+        # Built (and so checked: names only, no more than a few hundred) before the names are sorted, so a
+        # bad declaration raises a clear error where it is written, and calls read it ready.
         rule: KeyArguments | None = None
         if self.key_arguments is not None:
             if self.ignore_arguments:
                 raise ValueError("give key_arguments or ignore_arguments, not both")
             rule = KeyArguments.keep(self.key_arguments)
-        elif self.ignore_arguments:
-            rule = KeyArguments.drop(self.ignore_arguments)
+        else:
+            ignored = KeyArguments.drop(self.ignore_arguments)
+            rule = ignored if ignored.ignore else None
+        if rule is not None and rule.only is not None:
+            object.__setattr__(self, "key_arguments", tuple(sorted(rule.only)))
+        object.__setattr__(self, "ignore_arguments", tuple(sorted(rule.ignore)) if rule is not None else ())
         object.__setattr__(self, "_key_rule", rule)
 
     @property
@@ -177,6 +179,13 @@ _BLOCK_FIELDS = (
 )
 
 
+def _names_given(value: Sequence[str], what: str) -> tuple[str, ...]:
+    # tuple("query") would be five one-letter names: keys that name nothing, so every call one key.
+    if isinstance(value, str | bytes):
+        raise TypeError(f"{what} is a list of argument names, not a string: write [{value!r}]")
+    return tuple(value)
+
+
 def cache_meta(
     *,
     ttl_ms: int = 0,
@@ -205,8 +214,8 @@ def cache_meta(
         deltas=deltas,
         stale_while_revalidate_ms=stale_while_revalidate_ms,
         stale_if_error_ms=stale_if_error_ms,
-        key_arguments=None if key_arguments is None else tuple(key_arguments),
-        ignore_arguments=tuple(ignore_arguments),
+        key_arguments=None if key_arguments is None else _names_given(key_arguments, "key_arguments"),
+        ignore_arguments=_names_given(ignore_arguments, "ignore_arguments"),
     )
     return {meta_key: policy.declaration_block()}
 
@@ -255,8 +264,8 @@ class ToolPolicies:
             deltas=deltas,
             stale_while_revalidate_ms=stale_while_revalidate_ms,
             stale_if_error_ms=stale_if_error_ms,
-            key_arguments=None if key_arguments is None else tuple(key_arguments),
-            ignore_arguments=tuple(ignore_arguments),
+            key_arguments=None if key_arguments is None else _names_given(key_arguments, "key_arguments"),
+            ignore_arguments=_names_given(ignore_arguments, "ignore_arguments"),
         )
 
         def register(fn: F) -> F:

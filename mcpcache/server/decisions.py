@@ -474,15 +474,6 @@ class BelowTagging:
                 tag, reply, lambda: full_answer_bytes(reply, answer, self.meta_key), self.meta_key
             )
 
-    def measure_built(self, build: Callable[[], Answer]) -> None:
-        """After a match: the answer that was not sent, built by `build` only if its version's size is not
-        known yet (the framework's conversion of a value `measure_text_json` cannot measure)."""
-        reply, tag = self.reply, self.tag
-        if reply is not None and tag is not None:
-            self.saved = self.sizes.saved(
-                tag, reply, lambda: full_answer_bytes(reply, build(), self.meta_key), self.meta_key
-            )
-
     def measure_text_json(self, value: dict[str, Any]) -> None:
         """After a match: the answer the framework would have made of `value`, a dict of exact JSON types
         (one text block holding its compact JSON, the same JSON as structured content, no `_meta` of its

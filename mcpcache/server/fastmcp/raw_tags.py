@@ -236,20 +236,9 @@ def _raw_tagged_result(tool: FunctionTool, raw_value: Any) -> ToolResult:
             # FastMCP would have written the dict as its JSON twice (text and structured content): measured
             # from that JSON, once per version (a second serialisation only to count bytes is not cheap).
             tagging.measure_text_json(raw_value)
-        elif reply is not None:
-            # Any other value (a list or scalar FastMCP wraps, a TypedDict): what FastMCP would have made of
-            # it is not that JSON, so the answer is built to be measured, once per version.
-            try:
-                tagging.measure_built(lambda: _answer_of(FunctionTool.convert_result(tool, raw_value)))
-            except Exception:  # counting bytes never fails the call: the reply then counts none
-                tagging.saved = None
     if reply is not None:
         return ToolResult(content=[], structured_content=reply.structured_content, meta=reply.meta)
     return raw_value if isinstance(raw_value, ToolResult) else _converted(tool, tagging, raw_value)
-
-
-def _answer_of(result: ToolResult) -> Answer:
-    return Answer(result.content, result.structured_content, result.is_error, result.meta)
 
 
 def _converted(tool: FunctionTool, tagging: BelowTagging, raw_value: Any) -> ToolResult:

@@ -78,6 +78,7 @@ class Managing:
             if arguments is not None:
                 raise TypeError("arguments name one call of a tool: pass the tool as well")
             await self.end_freshness(server_id)
+            await self._deferred.flush()  # a write still pending (a patched answer's) would land after the removal
             self._tier.discard_if(lambda held: held.server == server_id)
             # Not under the fence's deadline: a large removal may take longer than one call's store operation
             # should, and missing it would stop this process using the store for its cooldown. It is not what
@@ -130,6 +131,9 @@ class Managing:
         did not happen must not look as if it had.
         """
         self._cleared_at = self.clock()
+        # A write still pending (a patched answer's, returned before the clear) would otherwise land after the
+        # removal and leave an entry other processes take for fresh: the clear writes no freshness mark.
+        await self._deferred.flush()
         self._tier.clear()
         self._validated.clear()
         return await self.store.remove_matching(Match(TOOLS_GROUP))

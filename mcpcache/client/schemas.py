@@ -16,9 +16,10 @@ array-form `items`; `dependencies`; `prefixItems`, `unevaluated*`, `minContains`
 (`fastjsonschema` would fetch them over the network), `$id`/anchors (they move the base of references),
 `multipleOf` (float division, where the two libraries' edge cases differ), schemas whose `$schema` names
 draft 4 or 3 (the SDK checks them by that draft: 1.0 is no integer in draft 4), and schemas the SDK's
-metaschema check refuses (the SDK raises on every call for those; `fastjsonschema` compiles many). Formats are not asserted, as the
-SDK's validator does not assert them; defaults are never filled in (`fastjsonschema` would write them into
-the answer). tests/client/test_schemas.py checks the agreement with Hypothesis against `jsonschema`.
+metaschema check refuses (the SDK raises on every call for those; `fastjsonschema` compiles many).
+Formats are not asserted, as the SDK's validator does not assert them; defaults are never filled in
+(`fastjsonschema` would write them into the answer). tests/client/test_schemas.py checks the agreement
+with Hypothesis against `jsonschema`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""What a write still pending behind a patched answer may not undo: a `clear()` that ran meanwhile.
+"""What a review of the client side broke, and now holds: a write still pending behind a patched answer may
+not undo a `clear()` or a server's `invalidate()` that ran meanwhile; an invalidation by a cache that has not
+read the server's key arguments yet still reaches the entry other caches keep under them.
 
-Real parts: the lab's FastMCP server (mcpcache's server half, deltas on) over memory streams, a stock
-`mcp.Client`, and the three stores. The patched answer's store write runs after the answer is returned
-(`mcpcache.client.keeping`); a `clear()` the caller makes right away must leave nothing behind for another
-cache (another process) over the same store to serve.
+Real parts: the lab's and the keyed fixture's FastMCP servers (mcpcache's server half) over memory streams,
+a stock `mcp.Client`, and the three stores; two caches over one store stand for two processes.
 """
 
 from __future__ import annotations
@@ -62,3 +62,28 @@ async def test_invalidating_the_server_right_after_a_patched_answer_leaves_no_en
         await conn.view.invalidate()
         await cache.flush()
         assert [entry async for entry in cache.entries()] == []
+
+
+async def test_an_invalidation_by_a_cache_that_has_not_listed_the_tools_reaches_the_projected_entry(
+    backend: Backend, opened: Store
+) -> None:
+    """Another process invalidates a call by its full arguments before it has called anything: it has not
+    read the server's key arguments yet, and the entry the first cache keeps is under the projected key."""
+    from fixture_servers.keyed import build_keyed
+
+    clock = clock_of(backend)
+    first = ToolCache(opened, trusted=True, clock=clock)
+    second = ToolCache(opened, trusted=True, clock=clock)
+    target = ServerTarget.memory(build_keyed())
+    async with (
+        connect("mcp", target, MODERN, first, server_id="keyed") as one,
+        connect("mcp", target, MODERN, second, server_id="keyed") as two,
+    ):
+        await one.call("read_doc", {"path": "a.txt", "request_id": "r1"})
+        assert (await one.call("read_doc", {"path": "a.txt", "request_id": "r2"})).outcome.status == "fresh_hit"
+        clock.advance(0.001)
+        await two.view.invalidate("read_doc", {"path": "a.txt", "request_id": "r7"})
+        clock.advance(0.001)
+        after = await one.call("read_doc", {"path": "a.txt", "request_id": "r3"})
+        # Asked of the server again (the second cache cannot name the entry to remove it; its tag is kept).
+        assert after.outcome.status in ("miss", "revalidated"), after.outcome.reason

@@ -16,7 +16,17 @@ from mcp_types import CallToolResult
 from mcpcache.client.outcomes import CallOutcome
 from mcpcache.client.policy import CacheMode
 
-__all__ = ["Connection", "ViewCache"]
+__all__ = ["Connection", "Declaring", "ViewCache"]
+
+
+class Declaring(Protocol):
+    """Where a server's cache declarations are read from (its key arguments): a `Connection`, or a view."""
+
+    @property
+    def server_id(self) -> str: ...
+
+    async def declarations(self) -> Mapping[str, Any] | None:
+        """Each tool's cache declaration in `tools/list`, by name (None: the tools could not be listed)."""
 
 
 class Connection(Protocol):
@@ -81,6 +91,11 @@ class ViewCache(Protocol):
         """Check stored answers against the output schemas again (the tools changed)."""
 
     async def invalidate(
-        self, tool: str | None = None, arguments: Mapping[str, Any] | None = None, *, server_id: str
+        self,
+        tool: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        server_id: str,
+        declaring: Declaring | None = None,
     ) -> None:
         """Never serve again, without asking the server, what is cached for one call (or a server)."""

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from mcpcache.client.contracts import Connection
+from mcpcache.client.contracts import Declaring
 from mcpcache.client.keys import CallIdentity
 from mcpcache.key_arguments import KeyArguments, MalformedKeyArguments, key_arguments_of
 
@@ -62,7 +62,7 @@ class KeyRules:
             return own
         return self._declared.get(server_id, {}).get(tool) if self.trusted else None
 
-    async def rule(self, conn: Connection, tool: str) -> KeyArguments | None:
+    async def rule(self, conn: Declaring, tool: str) -> KeyArguments | None:
         own = self.own.get(tool)
         if own is not None or not self.trusted:
             return own

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from cachetools import LRUCache
 
 from mcpcache.client.background import Deferred
+from mcpcache.client.contracts import Declaring
 from mcpcache.client.entries import TOOLS_GROUP, mark_item
 from mcpcache.client.fence import FencedStore
 from mcpcache.client.keyrules import KeyRules
@@ -59,7 +60,12 @@ class Managing:
     _key_rules: KeyRules
 
     async def invalidate(
-        self, tool: str | None = None, arguments: Mapping[str, Any] | None = None, *, server_id: str
+        self,
+        tool: str | None = None,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        server_id: str,
+        declaring: Declaring | None = None,
     ) -> None:
         """Never serve again, without asking the server, what is cached for one call on `server_id` (`tool`
         with `arguments`; None is no arguments, as in `call_tool`), or with no tool for every call on it.
@@ -70,7 +76,10 @@ class Managing:
         request. The entries this process can name and their decoded copies are dropped as well (for the
         server, its entries in every partition), so the next call asks for the whole answer.
 
-        `server_id` is the view's (`cached.server_id`); a view's own `invalidate` fills it in. Like a call,
+        `server_id` is the view's (`cached.server_id`); a view's own `invalidate` fills it in, and passes
+        itself as `declaring`, so that the server's key arguments are read (listed once) before the call is
+        named: without them, a cache that has called nothing yet would end only the entry keyed on every
+        argument, not the one other caches keep under the key arguments. Like a call,
         it never raises for a failing store: this process honours the invalidation regardless, and other
         processes sharing the store learn of it only if the store recorded it.
         """
@@ -78,6 +87,7 @@ class Managing:
             if arguments is not None:
                 raise TypeError("arguments name one call of a tool: pass the tool as well")
             await self.end_freshness(server_id)
+            await self._deferred.flush()  # a write still pending (a patched answer's) would land after the removal
             self._tier.discard_if(lambda held: held.server == server_id)
             # Not under the fence's deadline: a large removal may take longer than one call's store operation
             # should, and missing it would stop this process using the store for its cooldown. It is not what
@@ -90,7 +100,10 @@ class Managing:
         args = dict(arguments or {})
         # The call as this cache keys it (its key arguments, when known: the override, or what a trusted
         # server declared), and as a cache that keys it on every argument does.
-        rule = self._key_rules.known(server_id, tool)
+        if declaring is not None:
+            rule = await self._key_rules.rule(declaring, tool)
+        else:
+            rule = self._key_rules.known(server_id, tool)
         shapes = [KeyRules.identity(None, server_id, self.partition, "", tool, args, "")]
         if rule is not None and not rule.trivial:
             shapes.append(KeyRules.identity(rule, server_id, self.partition, "", tool, args, ""))
@@ -130,6 +143,9 @@ class Managing:
         did not happen must not look as if it had.
         """
         self._cleared_at = self.clock()
+        # A write still pending (a patched answer's, returned before the clear) would otherwise land after the
+        # removal and leave an entry other processes take for fresh: the clear writes no freshness mark.
+        await self._deferred.flush()
         self._tier.clear()
         self._validated.clear()
         return await self.store.remove_matching(Match(TOOLS_GROUP))

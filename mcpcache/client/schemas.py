@@ -13,15 +13,19 @@ or message than without the cache. Trusted means: `fastjsonschema` implements dr
 keywords whose meaning changed between the drafts (`$ref` beside other assertions, which draft 7 ignores;
 array-form `items`; `dependencies`; `prefixItems`, `unevaluated*`, `minContains`/`maxContains`, the
 `dependent*` pair), keywords draft 7 does not know and 2020-12 asserts, references that leave the document
-(`fastjsonschema` would fetch them over the network), `$id`/anchors (they move the base of references), and
-`multipleOf` (float division, where the two libraries' edge cases differ). Formats are not asserted, as the
-SDK's validator does not assert them; defaults are never filled in (`fastjsonschema` would write them into
-the answer). tests/client/test_schemas.py checks the agreement with Hypothesis against `jsonschema`.
+(`fastjsonschema` would fetch them over the network), `$id`/anchors (they move the base of references),
+`multipleOf` (float division, where the two libraries' edge cases differ), schemas whose `$schema` names
+draft 4 or 3 (the SDK checks them by that draft: 1.0 is no integer in draft 4), and schemas the SDK's
+metaschema check refuses (the SDK raises on every call for those; `fastjsonschema` compiles many).
+Formats are not asserted, as the SDK's validator does not assert them; defaults are never filled in
+(`fastjsonschema` would write them into the answer). tests/client/test_schemas.py checks the agreement
+with Hypothesis against `jsonschema`.
 """
 
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -147,8 +151,32 @@ SCHEMAS = FastSchemas()
 """The process's compiled checks (schemas are few, and held by identity)."""
 
 
+def _sdk_would_check(schema: Mapping[str, Any] | bool) -> str | None:
+    """Why the SDK's own check of `schema` differs from the 2020-12 one `_why_not` is written for (None: it
+    does not). The SDK picks its validator by `$schema` (draft 4 counts 1.0 as no integer, draft 3 has
+    `required: true`) and refuses, on every call, a schema its metaschema refuses (`fastjsonschema` compiles
+    many of those, `{"maxLength": 1.5}` or a `title` that is no string, and would say valid)."""
+    try:
+        from jsonschema import validators  # type: ignore[import-untyped]
+
+        with warnings.catch_warnings():  # an unknown `$schema`: the SDK warns of it on its own check
+            warnings.simplefilter("ignore", DeprecationWarning)
+            cls = validators.validator_for(schema)
+        if cls not in (
+            validators.Draft202012Validator,
+            validators.Draft201909Validator,
+            validators.Draft7Validator,
+            validators.Draft6Validator,
+        ):
+            return f"a schema of {cls.__name__}"
+        cls.check_schema(schema)
+    except Exception as error:  # an unusable `$schema`, or a schema its metaschema refuses: the SDK's to say
+        return f"a schema the SDK refuses or reads otherwise ({type(error).__name__})"
+    return None
+
+
 def _compile(schema: Mapping[str, Any] | bool) -> _Validate | None:
-    why = _why_not(schema)
+    why = _why_not(schema) or _sdk_would_check(schema)
     if why is not None:
         logger.debug("output schema checked by the SDK alone: %s", why)
         return None

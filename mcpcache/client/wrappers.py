@@ -303,7 +303,7 @@ class _CachedView:
     async def invalidate(self, tool: str | None = None, arguments: Mapping[str, Any] | None = None) -> None:
         """Never serve again, without asking the server, what is cached for `tool` called with `arguments`
         (None: no arguments), or with no tool for every call on this view's server (`ToolCache.invalidate`)."""
-        await self._cache.invalidate(tool, arguments, server_id=self.server_id)
+        await self._cache.invalidate(tool, arguments, server_id=self.server_id, declaring=self)
 
     def _fresh(
         self, name: str, arguments: Mapping[str, Any] | None, mode: CacheMode, variant: str = ""

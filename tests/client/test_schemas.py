@@ -173,3 +173,61 @@ async def test_the_sdk_still_keeps_its_schemas_where_the_quick_check_reads_them(
     async with fastmcp.Client(_server()) as client:
         await client.list_tools()
         assert client.session._tool_output_schemas["read"] == STRICT
+
+
+# -- schemas the SDK reads by another draft, or refuses ----------------------------------------------------
+
+DRAFT_4 = "http://json-schema.org/draft-04/schema#"
+
+
+def _sdk_says_valid(schema: dict[str, Any], instance: Any) -> bool:
+    """The SDK's own steps (`ClientSession._output_schema_validator`, then its check of the answer)."""
+    try:
+        validator = jsonschema.validators.validator_for(schema)
+        validator.check_schema(schema)
+        validator(schema).validate(instance)
+    except Exception:
+        return False
+    return True
+
+
+@pytest.mark.filterwarnings("ignore:The metaschema specified by \\$schema was not found:DeprecationWarning")
+@pytest.mark.parametrize(
+    ("schema", "instance"),
+    [
+        ({"$schema": DRAFT_4, "type": "integer"}, 1.0),  # draft 4: 1.0 is no integer
+        ({"$schema": DRAFT_4, "type": "object", "properties": {"n": {"type": "integer"}}}, {"n": 1.0}),
+        ({"$schema": "http://json-schema.org/draft-03/schema#", "type": "integer"}, 1.0),
+        ({"$schema": "unknown", "type": "integer"}, 1),
+        ({"maxLength": 1.5}, "a"),  # the SDK refuses these schemas on every call
+        ({"minProperties": -1}, {}),
+        ({"exclusiveMinimum": True}, 5),
+        ({"type": ["string", "string"]}, "a"),
+        ({"type": "object", "title": 1}, {}),
+        ({"type": "object", "description": ["x"]}, {}),
+    ],
+)
+def test_schemas_the_sdk_reads_by_another_draft_or_refuses_are_left_to_it(
+    schema: dict[str, Any], instance: Any
+) -> None:
+    assert _sdk_says_valid(schema, instance) is False
+    assert FastSchemas().accepts(schema, instance) is False
+
+
+async def test_a_draft_4_output_schema_gets_the_stock_clients_verdict() -> None:
+    server = fastmcp.FastMCP("draft4")
+    schema = {"$schema": DRAFT_4, "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+
+    @server.tool(output_schema=schema)
+    def read() -> dict[str, Any]:
+        return {"n": 1.0}
+
+    install(server, {"read": CachePolicy(ttl_ms=0)})
+    async with fastmcp.Client(server) as client, fastmcp.Client(server) as stock:
+        await client.list_tools()
+        view = ToolCache(MemoryStore()).wrap(client)
+        with pytest.raises(RuntimeError) as stock_error:
+            await stock.call_tool_mcp("read", {})
+        with pytest.raises(RuntimeError) as cached_error:
+            await view.call_mcp("read", {})
+    assert str(cached_error.value) == str(stock_error.value)

@@ -186,6 +186,33 @@ def _names_given(value: Sequence[str], what: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _declared_policy(
+    ttl_ms: int,
+    scope: Scope,
+    kind: str | None,
+    etag: bool,
+    validator: Validator | None,
+    deltas: bool,
+    stale_while_revalidate_ms: int,
+    stale_if_error_ms: int,
+    key_arguments: Sequence[str] | None,
+    ignore_arguments: Sequence[str],
+) -> CachePolicy:
+    """The policy `cache_meta` and `cacheable` declare, from their keyword arguments."""
+    return CachePolicy(
+        ttl_ms=ttl_ms,
+        scope=scope,
+        kind=kind,
+        etag=etag,
+        validator=validator,
+        deltas=deltas,
+        stale_while_revalidate_ms=stale_while_revalidate_ms,
+        stale_if_error_ms=stale_if_error_ms,
+        key_arguments=None if key_arguments is None else _names_given(key_arguments, "key_arguments"),
+        ignore_arguments=_names_given(ignore_arguments, "ignore_arguments"),
+    )
+
+
 def cache_meta(
     *,
     ttl_ms: int = 0,
@@ -206,16 +233,17 @@ def cache_meta(
     The stale windows are `CachePolicy`'s (docs/server.md, "Serving stale"), and so are `key_arguments` and
     `ignore_arguments` (docs/server.md, "Key arguments").
     """
-    policy = CachePolicy(
-        ttl_ms=ttl_ms,
-        scope=scope,
-        kind=kind,
-        etag=etag,
-        deltas=deltas,
-        stale_while_revalidate_ms=stale_while_revalidate_ms,
-        stale_if_error_ms=stale_if_error_ms,
-        key_arguments=None if key_arguments is None else _names_given(key_arguments, "key_arguments"),
-        ignore_arguments=_names_given(ignore_arguments, "ignore_arguments"),
+    policy = _declared_policy(
+        ttl_ms,
+        scope,
+        kind,
+        etag,
+        None,
+        deltas,
+        stale_while_revalidate_ms,
+        stale_if_error_ms,
+        key_arguments,
+        ignore_arguments,
     )
     return {meta_key: policy.declaration_block()}
 
@@ -255,17 +283,17 @@ class ToolPolicies:
 
         The function is returned unchanged, so it works under any tool decorator, sync or async.
         """
-        policy = CachePolicy(
-            ttl_ms=ttl_ms,
-            scope=scope,
-            kind=kind,
-            etag=etag,
-            validator=validator,
-            deltas=deltas,
-            stale_while_revalidate_ms=stale_while_revalidate_ms,
-            stale_if_error_ms=stale_if_error_ms,
-            key_arguments=None if key_arguments is None else _names_given(key_arguments, "key_arguments"),
-            ignore_arguments=_names_given(ignore_arguments, "ignore_arguments"),
+        policy = _declared_policy(
+            ttl_ms,
+            scope,
+            kind,
+            etag,
+            validator,
+            deltas,
+            stale_while_revalidate_ms,
+            stale_if_error_ms,
+            key_arguments,
+            ignore_arguments,
         )
 
         def register(fn: F) -> F:

@@ -146,6 +146,8 @@ class Tracing:
         self._given = provider
         self._provider: Any = None
         self._tracer: Any = None
+        self._idle: Any = None
+        """The provider last found to be a stand-in: asked again only once another is set."""
 
     def tracer(self) -> Any | None:
         """The tracer to open spans with, or None when no provider is configured. Never raises."""
@@ -156,7 +158,10 @@ class Tracing:
                 if provider is None:
                     return None
             if provider is not self._provider:
+                if provider is self._idle:
+                    return None
                 if not _configured(provider):
+                    self._idle = provider
                     return None
                 self._tracer = provider.get_tracer("mcpcache")
                 self._provider = provider
@@ -196,6 +201,8 @@ class Meters(Generic[Instruments]):
         self._given = provider
         self._provider: Any = None
         self._instruments: Instruments | None = None
+        self._idle: Any = None
+        """The provider last found to be a stand-in (as `Tracing._idle`)."""
 
     def get(self) -> Instruments | None:
         """The instruments, or None when no meter provider is configured. Never raises."""
@@ -206,7 +213,10 @@ class Meters(Generic[Instruments]):
                 if provider is None:
                     return None
             if provider is not self._provider:
+                if provider is self._idle:
+                    return None
                 if not _configured(provider):
+                    self._idle = provider
                     return None
                 self._instruments = self._make(provider.get_meter("mcpcache"))
                 self._provider = provider

@@ -41,7 +41,7 @@ from mcpcache.client.fence import (
 from mcpcache.client.flights import Flights
 from mcpcache.client.keeping import Keeping
 from mcpcache.client.keyrules import KeyRules, overrides
-from mcpcache.client.keys import Arm, CallIdentity, readable_server
+from mcpcache.client.keys import Arm, CallIdentity, plain_arguments, readable_server
 from mcpcache.client.managing import remember
 from mcpcache.client.outcomes import CacheStats, CallOutcome, Status
 from mcpcache.client.patching import Patched, Unpatched, patch_answer
@@ -258,6 +258,10 @@ class ToolCache(StaleServing, Keeping):
         self._variants: dict[tuple[str, str, str], None] = {}
         """(server, era, variant) of the calls this process made, the oldest going first past
         `_MAX_REMEMBERED`: where an invalidation finds a call's keys."""
+        self._named: dict[tuple[Any, ...], tuple[CallIdentity, str]] = {}
+        """The identity and private key of calls of plain arguments keyed on every argument, by (server, era,
+        tool, variant, `plain_arguments`), the oldest going first past `_MAX_REMEMBERED`: a fresh hit of a
+        call made before names it without building and hashing it again (`fresh_hit`)."""
         self._store = FencedStore(
             self.store,
             self._count_store_failure,
@@ -494,11 +498,19 @@ class ToolCache(StaleServing, Keeping):
         # The rule known without asking (an override, or declarations listed before); otherwise the key on
         # every argument, whose entry, if any, is this very call's answer too.
         rule = self._key_rules.known(server_id, name)
-        identity = KeyRules.identity(rule, server_id, self.partition, era, name, dict(arguments or {}), variant)
-        try:
-            key = identity.key("private")
-        except CanonicalizationError:
-            return None
+        plain = plain_arguments(arguments) if arguments is not None else ()
+        named = (server_id, era, name, variant, plain)
+        known = self._named.get(named) if plain is not None and (rule is None or rule.trivial) else None
+        if known is not None:
+            identity, key = known
+        else:
+            identity = KeyRules.identity(rule, server_id, self.partition, era, name, dict(arguments or {}), variant)
+            try:
+                key = identity.key("private")
+            except CanonicalizationError:
+                return None
+            if plain is not None and not identity.projection:
+                remember(self._named, named, (identity, key))
         if (server_id, era, variant) not in self._variants:
             remember(self._variants, (server_id, era, variant), None)
         hit = self._fresh_now(identity, key)

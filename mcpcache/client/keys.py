@@ -22,7 +22,7 @@ import xxhash
 
 from mcpcache.etag import canonical_json
 
-__all__ = ["READABLE_LIMIT", "Arm", "CallIdentity", "abbreviate", "readable_server"]
+__all__ = ["READABLE_LIMIT", "Arm", "CallIdentity", "abbreviate", "plain_arguments", "readable_server"]
 
 Arm = Literal["private", "public"]
 
@@ -68,19 +68,9 @@ class CallIdentity:
         if cached is not _UNSET:
             return cached  # type: ignore[no-any-return]
         memo: tuple[Any, ...] | None = None
-        arguments = self.arguments
-        if len(arguments) <= _MEMO_MOST_ARGUMENTS:
-            triples = []
-            for name, value in arguments.items():
-                kind = type(value)
-                if type(name) is not str or not (kind is str or kind is int or kind is bool or value is None):
-                    break
-                if kind is str and len(value) > _MEMO_LONGEST_STRING:
-                    break
-                triples.append((name, kind, value))
-            else:
-                triples.sort(key=_first)
-                memo = (self.server, self.partition, self.era, self.tool, self.variant, self.projection, tuple(triples))
+        triples = plain_arguments(self.arguments)
+        if triples is not None:
+            memo = (self.server, self.partition, self.era, self.tool, self.variant, self.projection, triples)
         self.__dict__["_memo"] = memo  # a frozen dataclass: set as cached_property sets its value
         return memo
 
@@ -150,6 +140,24 @@ _KEYS_MOST = 8192
 
 def _first(triple: tuple[str, type, Any]) -> str:
     return triple[0]
+
+
+def plain_arguments(arguments: Mapping[str, Any]) -> tuple[tuple[str, type, Any], ...] | None:
+    """Arguments of a few plain values (str, int, bool, None) as sorted (name, type, value) triples: a
+    hashable name for them that two calls share exactly when their canonical JSON is the same; None for any
+    other arguments. The type is part of it: `True == 1` and both hash alike, but their JSON differs."""
+    if len(arguments) > _MEMO_MOST_ARGUMENTS:
+        return None
+    triples = []
+    for name, value in arguments.items():
+        kind = type(value)
+        if type(name) is not str or not (kind is str or kind is int or kind is bool or value is None):
+            return None
+        if kind is str and len(value) > _MEMO_LONGEST_STRING:
+            return None
+        triples.append((name, kind, value))
+    triples.sort(key=_first)
+    return tuple(triples)
 
 
 def _keep(which: tuple[Any, ...], key: str) -> None:

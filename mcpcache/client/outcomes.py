@@ -8,6 +8,9 @@ from typing import Literal, assert_never
 Status = Literal["fresh_hit", "revalidated", "patched", "miss", "bypass", "stale_while_revalidate", "stale_if_error"]
 
 
+_set_attribute = object.__setattr__
+
+
 @dataclass(frozen=True)
 class CallOutcome:
     """What the cache did for one call, in terms a caller can log or assert on."""
@@ -34,6 +37,32 @@ class CallOutcome:
     """Why a delta reply the server sent could not be used (the call was then asked again in full, without a
     tag): its base no longer held, ops that do not apply, a digest that does not match, a malformed or
     unasked delta. None when no delta reply was refused."""
+
+    def __init__(
+        self,
+        status: Status,
+        stored: bool,
+        reason: str,
+        bytes_saved: int = 0,
+        coalesced: bool = False,
+        fresh_for_ms: int | None = None,
+        delta_unused: str | None = None,
+    ) -> None:
+        # What the generated frozen __init__ does with one write instead of a frozen write per field (a
+        # third of the cost): every call builds one, a fresh hit in about 15 us all told.
+        _set_attribute(
+            self,
+            "__dict__",
+            {
+                "status": status,
+                "stored": stored,
+                "reason": reason,
+                "bytes_saved": bytes_saved,
+                "coalesced": coalesced,
+                "fresh_for_ms": fresh_for_ms,
+                "delta_unused": delta_unused,
+            },
+        )
 
 
 @dataclass

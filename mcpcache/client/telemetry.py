@@ -82,25 +82,8 @@ class ClientTelemetry:
 
     def record(self, span: Any | None, server_id: str, tool: str, outcome: CallOutcome) -> None:
         """A call's outcome: on `span` (the cache's own, ended here) or the caller's, and counted."""
-
-        def attributes() -> dict[str, str | int | bool]:
-            return {
-                "mcpcache.client.outcome": outcome.status,
-                "mcpcache.client.coalesced": outcome.coalesced,
-                "mcpcache.client.stored": outcome.stored,
-                "mcpcache.client.bytes_saved": outcome.bytes_saved,
-                "mcpcache.client.tool": tool,
-                "mcpcache.client.server": _server_label(server_id),
-            }
-
-        if span is CALLERS:
-            annotate_current_span(attributes, event="mcpcache.client.tool_call")
-        elif span is not None:
-            try:
-                span.set_attributes(attributes())
-                span.end()
-            except Exception:  # pragma: no cover - a broken tracer must never fail a tool call
-                pass
+        if span is not None:
+            self._on_span(span, server_id, tool, outcome)
         instruments = self._meters.get()
         if instruments is None:
             return
@@ -114,6 +97,27 @@ class ClientTelemetry:
             if outcome.bytes_saved:
                 instruments.saved.add(outcome.bytes_saved, labels)
         except Exception:  # pragma: no cover - a broken meter must never fail a tool call
+            pass
+
+    @staticmethod
+    def _on_span(span: Any, server_id: str, tool: str, outcome: CallOutcome) -> None:
+        def attributes() -> dict[str, str | int | bool]:
+            return {
+                "mcpcache.client.outcome": outcome.status,
+                "mcpcache.client.coalesced": outcome.coalesced,
+                "mcpcache.client.stored": outcome.stored,
+                "mcpcache.client.bytes_saved": outcome.bytes_saved,
+                "mcpcache.client.tool": tool,
+                "mcpcache.client.server": _server_label(server_id),
+            }
+
+        if span is CALLERS:
+            annotate_current_span(attributes, event="mcpcache.client.tool_call")
+            return
+        try:
+            span.set_attributes(attributes())
+            span.end()
+        except Exception:  # pragma: no cover - a broken tracer must never fail a tool call
             pass
 
     def failed(self, span: Any | None, error: BaseException) -> None:

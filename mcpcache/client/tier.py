@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import pickle
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,6 +107,11 @@ _EACH_FROM = 16
 _FLAT = "flat"
 """First item of the plan of a container whose containers hold atoms only: (_FLAT, their keys)."""
 
+_MODEL = "model"
+"""First item of the plan of a pydantic model with no extra or private attributes (a content block, the
+answer itself): (_MODEL, (field, plan) for each field that is not an atom). Copying by it skips the type
+tests `_copy_model` makes on every field, which are most of what a small answer's copy costs."""
+
 Plan = tuple[Any, ...]
 """Where `_planned` must copy inside a dict or list: (key or index, plan) for each value that is not an atom
 (an empty plan: a shallow copy is a private copy); (_EACH, plan) for a list of alike containers (rows of a
@@ -127,6 +132,9 @@ def _plan_of(value: Any, interned: dict[Plan, Plan] | None = None) -> Plan:
             plan = (_EACH, inner[0][1])
         else:
             plan = tuple(inner)
+    elif isinstance(value, BaseModel) and value.__pydantic_extra__ is None and value.__pydantic_private__ is None:
+        fields = value.__dict__.items()
+        plan = (_MODEL, tuple((key, _plan_of(item, interned)) for key, item in fields if type(item) not in _ATOMS))
     else:
         return _GENERAL
     return interned.setdefault(plan, plan)
@@ -140,6 +148,16 @@ def _planned(value: Any, plan: Plan) -> Any:
     if plan is _GENERAL:
         return _copy_value(value)
     head = plan[0] if plan else None
+    if head is _MODEL:
+        new = _new_object(type(value))
+        state = value.__dict__.copy()
+        for key, inner in plan[1]:
+            state[key] = _planned(state[key], inner)
+        _set_attribute(new, "__dict__", state)
+        _set_attribute(new, "__pydantic_fields_set__", set(value.__pydantic_fields_set__))
+        _set_attribute(new, "__pydantic_extra__", None)
+        _set_attribute(new, "__pydantic_private__", None)
+        return new
     if head is _EACH:
         inner = plan[1]
         if not inner:
@@ -157,6 +175,104 @@ def _planned(value: Any, plan: Plan) -> Any:
     for key, inner in plan:
         copied[key] = _planned(copied[key], inner)
     return copied
+
+
+_COMPILED_MOST_NODES = 64
+"""Plans of at most this many nodes (a small answer's: the answer, its blocks, a few rows) are compiled to
+one function (`_compiled`); larger ones are followed by `_planned`, whose calls cost little beside theirs."""
+
+_COMPILED_MOST_PLANS = 256
+_COMPILED: dict[Plan, Callable[[Any], Any] | None] = {}
+"""Compiled copiers by plan (None: not compiled), emptied when it reaches `_COMPILED_MOST_PLANS`."""
+
+
+def _compiled(plan: Plan) -> Callable[[Any], Any] | None:
+    """A function copying a value as `_planned(value, plan)` does, with no call or test per container: for
+    a 1 KB answer, most of what the copy costs is `_planned`'s calls and type tests, not the copying. None
+    for plans too large, or with a key that is not a str or int."""
+    try:
+        return _COMPILED[plan]
+    except KeyError:
+        pass
+    if len(_COMPILED) >= _COMPILED_MOST_PLANS:
+        _COMPILED.clear()
+    function = None
+    lines: list[str] = []
+    constants: dict[str, Any] = {
+        "_planned": _planned,
+        "_copy_value": _copy_value,
+        "_new": _new_object,
+        "_set": _set_attribute,
+    }
+    if _nodes(plan, _COMPILED_MOST_NODES) is not None:
+        names = iter(range(1 << 30))
+        out = _emit("value", plan, lines, constants, names)
+        source = "def copy(value):\n" + "".join(f"    {line}\n" for line in lines) + f"    return {out}\n"
+        # Safe to run: the source holds only names made here and keys written as literals by repr().
+        exec(compile(source, "<mcpcache copy plan>", "exec"), constants)
+        function = constants["copy"]
+    _COMPILED[plan] = function
+    return function
+
+
+def _nodes(plan: Plan, most: int) -> int | None:
+    """How many nodes `plan` has, or None past `most` or for a key `_emit` cannot write as a literal."""
+    if plan is _GENERAL or not plan:
+        return 1
+    head = plan[0]
+    if head is _EACH:
+        return 1
+    if head is _FLAT:
+        return 1 + len(plan[1]) if all(type(key) in (str, int) for key in plan[1]) else None
+    entries = plan[1] if head is _MODEL else plan
+    count = 1
+    for key, inner in entries:
+        if type(key) not in (str, int):
+            return None
+        below = _nodes(inner, most - count)
+        if below is None:
+            return None
+        count += below
+        if count > most:
+            return None
+    return count
+
+
+def _emit(source: str, plan: Plan, lines: list[str], constants: dict[str, Any], names: Iterator[int]) -> str:
+    """Lines copying the value named `source` (a local name) by `plan`; the name of the copy."""
+    out = f"v{next(names)}"
+    if plan is _GENERAL:
+        lines.append(f"{out} = _copy_value({source})")
+        return out
+    head = plan[0] if plan else None
+    if head is _EACH:
+        name = f"p{next(names)}"
+        constants[name] = plan
+        lines.append(f"{out} = _planned({source}, {name})")
+        return out
+    if head is _MODEL:
+        state = f"v{next(names)}"
+        lines.append(f"{state} = {source}.__dict__.copy()")
+        for key, inner in plan[1]:
+            item = f"v{next(names)}"
+            lines.append(f"{item} = {state}[{key!r}]")
+            lines.append(f"{state}[{key!r}] = {_emit(item, inner, lines, constants, names)}")
+        lines.append(f"{out} = _new(type({source}))")
+        lines.append(f"_set({out}, '__dict__', {state})")
+        lines.append(f"_set({out}, '__pydantic_fields_set__', set({source}.__pydantic_fields_set__))")
+        lines.append(f"_set({out}, '__pydantic_extra__', None)")
+        lines.append(f"_set({out}, '__pydantic_private__', None)")
+        return out
+    lines.append(f"{out} = {source}.copy()")
+    if head is _FLAT:
+        for key in plan[1]:
+            lines.append(f"{out}[{key!r}] = {out}[{key!r}].copy()")
+        return out
+    for key, inner in plan:
+        item = f"v{next(names)}"
+        lines.append(f"{item} = {out}[{key!r}]")
+        lines.append(f"{out}[{key!r}] = {_emit(item, inner, lines, constants, names)}")
+    return out
 
 
 def copy_result(result: CallToolResult) -> CallToolResult:
@@ -186,12 +302,13 @@ class Decoded:
     """The answer's bytes as sent (`EntryMeta.size`), when they differ from `size`: what a caller sharing
     the held answer is told it saved."""
     plan: Plan | None = None
-    """Where the containers of the structured content are, for answers copied structurally."""
+    """Where the containers of the answer are, for answers copied structurally."""
+    copier: Callable[[Any], Any] | None = None
+    """The plan compiled (`_compiled`), when it is small enough."""
 
     def copy(self) -> CallToolResult:
         if self.plan is not None:
-            content = _planned(self.result.structured_content, self.plan)
-            copied = _copy_model(self.result, structured_content=content)
+            copied = _planned(self.result, self.plan) if self.copier is None else self.copier(self.result)
             assert isinstance(copied, CallToolResult)
             return copied
         if self.pickled is not None:
@@ -220,13 +337,14 @@ def hold(
     if type(result.structured_content) is dict and len(result.content) <= _FEW_BLOCKS:
         # Structured content (most answers, FastMCP's and the SDK's alike): its containers copied by a plan
         # made once, every string shared; the few models around it copied structurally.
-        plan = _plan_of(result.structured_content)
+        plan = _plan_of(result)
     elif _many_small_values(body):
         try:
             pickled = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception:  # an answer holding something pickle cannot take: the structural copy serves it
             pickled = None
-    return Decoded(tag, checksum, len(body), result, pickled, server, call, answer, plan)
+    copier = None if plan is None else _compiled(plan)
+    return Decoded(tag, checksum, len(body), result, pickled, server, call, answer, plan, copier)
 
 
 class DecodedTier:

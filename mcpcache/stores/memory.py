@@ -68,6 +68,9 @@ class _Record:
     tool: str
     seq: int
     """Tells a live record from a stale entry of the expiry heap."""
+    peeked: Item | None = None
+    """What `peek_now` answers for this record, made on its first peek: the one field set after construction
+    (by `object.__setattr__`), since a record is replaced, never changed, whenever what it holds changes."""
 
     @property
     def size(self) -> int:
@@ -135,10 +138,26 @@ class MemoryStore(Store):
         return [self._load(key, with_body=False) for key in keys]
 
     def peek_now(self, keys: Sequence[str]) -> list[Item | None] | None:
+        """As the base class says; the items (and their metadata) are shared between calls for the same record,
+        so a caller reads them and never changes them, as `Item.meta`'s type says."""
         if type(self).peek_many is not MemoryStore.peek_many:
             return None  # a subclass that peeks its own way (counting, failing, waiting) is asked its way
         self._purge_expired()
-        return [self._load(key, with_body=False) for key in keys]
+        return [self._peeked(key) for key in keys]
+
+    def _peeked(self, key: str) -> Item | None:
+        """`_load(key, with_body=False)`, its metadata decoded once per record: a fresh hit peeks every call."""
+        if key not in self._items:
+            return None
+        record = self._items[key]  # counted as a use, as `_load` does
+        peeked = record.peeked
+        if peeked is None:
+            peeked = self._load(key, with_body=False)
+            if peeked is not None:
+                object.__setattr__(record, "peeked", peeked)
+            return peeked
+        self._groups[record.group].order.move_to_end(key)
+        return peeked
 
     def _load(self, key: str, *, with_body: bool = True) -> Item | None:
         if key not in self._items:

@@ -14,12 +14,15 @@ from typing import Any
 
 import mcp_types as mt
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
 from stores.backends import BYTE_FLIP, Backend, FakeClock, clock_of, sqlite_backend
 from support.transports import MODERN, ServerTarget
 
 from mcpcache.client import ToolCache
 from mcpcache.client.entries import decode_result, encode_result
-from mcpcache.client.tier import DecodedTier, copy_result, hold
+from mcpcache.client.tier import DecodedTier, _planned, copy_result, hold
 from mcpcache.keys import CallIdentity
 from mcpcache.protocol import META_KEY
 from mcpcache.stores import Item, MemoryStore, Store
@@ -366,3 +369,58 @@ async def test_an_answer_larger_than_the_tier_is_served_from_the_store(clock: Fa
     # Every lookup reads the metadata; each of the two hits then loads the one body it serves.
     assert (len(store.loads), len(store.peeks)) == (2, 3)
     assert all(len(keys) == 1 for keys in store.loads)
+
+
+def _containers(value: Any) -> list[object]:
+    """Every mutable container reachable in a served answer: dicts, lists, models and their field sets."""
+    found: list[object] = []
+    if isinstance(value, dict):
+        found.append(value)
+        for item in value.values():
+            found.extend(_containers(item))
+    elif isinstance(value, list):
+        found.append(value)
+        for item in value:
+            found.extend(_containers(item))
+    elif isinstance(value, BaseModel):
+        found.extend([value, value.__dict__, value.__pydantic_fields_set__])
+        for item in value.__dict__.values():
+            found.extend(_containers(item))
+    return found
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=20) | st.dictionaries(st.text(max_size=4), inner, max_size=6),
+    max_leaves=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    structured=st.dictionaries(st.text(max_size=6), _json, max_size=5),
+    meta=st.none() | st.dictionaries(st.text(max_size=6), _json, max_size=3),
+    blocks=st.integers(min_value=0, max_value=4),
+    annotated=st.booleans(),
+)
+def test_a_planned_copy_is_equal_and_shares_no_container(
+    structured: dict[str, Any], meta: dict[str, Any] | None, blocks: int, annotated: bool
+) -> None:
+    """Whichever way a planned answer is copied (compiled for a small plan, followed for a large one), the
+    copy equals the held answer and no dict, list or model in it is one of the held answer's."""
+    annotations = mt.Annotations(audience=["user"], priority=0.5) if annotated else None
+    original = mt.CallToolResult(
+        content=[mt.TextContent(type="text", text=f"b{i}", annotations=annotations) for i in range(blocks)],
+        structured_content=structured,
+        _meta=meta,
+    )
+    body = encode_result(original)
+    decoded = decode_result(body)
+    assert decoded is not None
+    held = hold(decoded, body, "t", body_checksum(body))
+    assert held.plan is not None
+    held_ids = {id(c) for c in _containers(held.result)}
+    for copy in (held.copy(), _planned(held.result, held.plan)):
+        assert copy == original
+        assert copy.model_dump() == original.model_dump()
+        assert not [c for c in _containers(copy) if id(c) in held_ids]

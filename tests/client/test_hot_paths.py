@@ -280,3 +280,35 @@ async def test_a_fresh_hit_from_memory_still_honours_a_freshness_end_another_cac
         await b.end_freshness(conn_b.view.server_id, conn_b.client.session.protocol_version)
         clock.advance(0.5)
         assert (await conn_a.call("read", K)).outcome.status == "revalidated"
+
+
+async def test_a_fresh_hit_is_served_the_answer_of_its_own_arguments_whatever_their_type(
+    backend: Backend, opened: Store
+) -> None:
+    """A fresh hit names its call from a memo of plain arguments (`ToolCache.fresh_hit`): 1, True, "1" and 1.0
+    stay four calls, each served its own answer, as the canonical JSON that keys them says."""
+    from fastmcp import FastMCP
+
+    from mcpcache.server import CachePolicy, ToolPolicies, install
+
+    server: FastMCP[Any] = FastMCP("echo")
+    runs: list[object] = []
+
+    @server.tool
+    def echo(value: Any = None) -> str:
+        runs.append(value)
+        return f"{type(value).__name__}:{value!r}"
+
+    install(server, ToolPolicies({"echo": CachePolicy(ttl_ms=60_000)}))
+    cache = ToolCache(opened, clock=clock_of(backend))
+    values: list[Any] = [1, True, "1", 1.0, None, [1]]
+    async with connect("mcp", ServerTarget.memory(server), MODERN, cache, server_id=SERVER_ID) as conn:
+        for _ in range(3):
+            for value in values:
+                call = await conn.call("echo", {"value": value})
+                assert call.result.content[0].text == f"{type(value).__name__}:{value!r}"
+        assert len(runs) == len(values)
+        assert cache.stats.fresh_hits == 2 * len(values)
+        assert (await conn.call("echo", {})).result.content[0].text == "NoneType:None"
+        assert (await conn.view.call_tool("echo")).content[0].text == "NoneType:None"  # no arguments: as {}
+        assert cache.stats.fresh_hits == 2 * len(values) + 1

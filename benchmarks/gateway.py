@@ -189,7 +189,7 @@ MODERN_VERSION = "2026-07-28"
 LEGACY_VERSION = "2025-11-25"
 
 
-def serve_floor(port: int, json_response: bool) -> None:
+def serve_floor(port: int, json_response: bool, http: str = "auto") -> None:
     """A bare FastMCP server with one tool returning a constant 1 KB answer, served as the gateway serves
     (FastMCP's streamable HTTP app under uvicorn, the gateway's keep-alive): the per-request floor."""
     server = fastmcp.FastMCP("floor")
@@ -203,21 +203,25 @@ def serve_floor(port: int, json_response: bool) -> None:
         host="127.0.0.1",
         port=port,
         show_banner=False,
-        uvicorn_config={"timeout_keep_alive": KEEP_ALIVE_S},
+        uvicorn_config={"timeout_keep_alive": KEEP_ALIVE_S, "http": http},
         json_response=True if json_response else None,
     )
 
 
 KINDS = ("floor", "floor-json", "gateway", "gateway-json")
 """What is measured: the bare server and the gateway, each answering with event streams (the default) and
-with JSON bodies (`[gateway] json_response = true`)."""
+with JSON bodies (`[gateway] json_response = true`), with uvicorn's HTTP parser as installed (httptools)."""
+
+H11_KINDS = tuple(f"{kind}-h11" for kind in KINDS)
+"""The same with the pure-Python parser (`[gateway] http = "h11"`), on request (`--kinds`)."""
 
 
-def gateway_config(folder: Path, upstream: str, redis_url: str, *, json_response: bool) -> Path:
-    path = folder / f"gateway{'-json' if json_response else ''}.toml"
+def gateway_config(folder: Path, upstream: str, redis_url: str, *, json_response: bool, http: str = "auto") -> Path:
+    path = folder / f"gateway{'-json' if json_response else ''}-{http}.toml"
     path.write_text(
         f"""[gateway]
 json_response = {str(json_response).lower()}
+http = "{http}"
 
 [store]
 redis = "{redis_url}"
@@ -390,9 +394,9 @@ async def run_scale(args: argparse.Namespace) -> dict[str, Any]:
         with RedisServer(redis_binary) as redis:
             assert redis.process is not None
 
-            def floor(json_response: bool) -> tuple[subprocess.Popen[bytes], int]:
+            def floor(json_response: bool, http: str = "auto") -> tuple[subprocess.Popen[bytes], int]:
                 port = free_port()
-                command = [sys.executable, __file__, "--serve-floor", str(port)]
+                command = [sys.executable, __file__, "--serve-floor", str(port), "--floor-http", http]
                 command += ["--floor-json"] if json_response else []
                 return launch(command, port, "floor server"), port
 
@@ -400,14 +404,15 @@ async def run_scale(args: argparse.Namespace) -> dict[str, Any]:
             upstream = f"http://127.0.0.1:{upstream_port}/mcp"
             servers: dict[str, list[tuple[subprocess.Popen[bytes], int]]] = {}
             for kind in args.kinds:
-                json_response = kind.endswith("-json")
+                json_response = "-json" in kind
+                http = "h11" if kind.endswith("-h11") else "auto"
                 servers[kind] = []
                 for _ in range(max(args.replicas)):
                     if kind.startswith("floor"):
-                        servers[kind].append(floor(json_response))
+                        servers[kind].append(floor(json_response, http))
                         continue
                     port = free_port()
-                    config = gateway_config(folder, upstream, redis.url, json_response=json_response)
+                    config = gateway_config(folder, upstream, redis.url, json_response=json_response, http=http)
                     command = [sys.executable, "-m", "mcpcache", "gateway", "--config", str(config)]
                     servers[kind].append((launch([*command, "--port", str(port)], port, "mcpcache gateway"), port))
             most = max(args.clients)
@@ -599,12 +604,15 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=400, help="--scale: calls per configuration per round")
     parser.add_argument("--clients", default="1,8,32", help="--scale: concurrent callers, comma-separated")
     parser.add_argument("--replicas", default="1,2", help="--scale: gateway replicas, comma-separated (1 or 2)")
-    parser.add_argument("--kinds", default=",".join(KINDS), help=f"--scale: what to measure, of {','.join(KINDS)}")
+    parser.add_argument(
+        "--kinds", default=",".join(KINDS), help=f"--scale: what to measure, of {','.join(KINDS + H11_KINDS)}"
+    )
     parser.add_argument("--serve-floor", type=int, metavar="PORT", help=argparse.SUPPRESS)
     parser.add_argument("--floor-json", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--floor-http", default="auto", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_floor is not None:
-        serve_floor(args.serve_floor, args.floor_json)
+        serve_floor(args.serve_floor, args.floor_json, args.floor_http)
         return
     if args.inproc:
         if "--rounds" not in sys.argv:
@@ -617,7 +625,7 @@ def main() -> None:
     if args.scale:
         args.clients = [int(n) for n in args.clients.split(",")]
         args.replicas = [int(n) for n in args.replicas.split(",")]
-        args.kinds = [kind for kind in KINDS if kind in args.kinds.split(",")]
+        args.kinds = [kind for kind in KINDS + H11_KINDS if kind in args.kinds.split(",")]
         if "--rounds" not in sys.argv:
             args.rounds = 5
         scale = asyncio.run(run_scale(args))

@@ -114,7 +114,11 @@ def gateway(
                 host=serve.host,
                 port=bound,
                 path=serve.path,
-                uvicorn_config={"timeout_keep_alive": KEEP_ALIVE_S},
+                uvicorn_config={
+                    "timeout_keep_alive": KEEP_ALIVE_S,
+                    "http": serve.http,
+                    "access_log": serve.access_log,
+                },
                 # None leaves FastMCP's own setting (FASTMCP_JSON_RESPONSE) in charge, as before the key existed.
                 json_response=True if serve.json_response else None,
             )

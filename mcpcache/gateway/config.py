@@ -271,6 +271,12 @@ class ServeSettings(_Strict):
     json_response: bool = Field(default=False, strict=True)
     """Answer every request with one JSON body instead of an event stream: less CPU per call, but no progress
     notification and no request of the upstream's (sampling, elicitation) reaches the caller during a call."""
+    http: Literal["auto", "h11", "httptools"] = "auto"
+    """uvicorn's HTTP/1.1 parser: "auto" takes httptools (in C, installed with mcpcache[cli]) when it can be
+    imported, else h11 (pure Python): a few tenths of a millisecond of CPU per request between them."""
+    access_log: bool = Field(default=False, strict=True)
+    """uvicorn's line per request on stderr ("POST /mcp 200"): off unless asked for, since writing it costs
+    about as much CPU as a fresh hit's own work (a fresh hit's cache outcome is logged at DEBUG)."""
 
     @field_validator("path")
     @classmethod

@@ -59,12 +59,17 @@ class DeltaCounters:
     instead, both as the wire carries them)."""
 
 
+_CALLS_KEPT = 4096
+"""Call keys kept by `GatewayDeltas.call_key`, emptied when full."""
+
+
 @dataclass
 class GatewayDeltas:
     """Records the answers the gateway sends through its store, and answers a caller's request for a delta."""
 
     history: StoreHistory
     counters: DeltaCounters = field(default_factory=DeltaCounters)
+    _calls: dict[tuple[str, str, str, str, bytes], CallKey] = field(default_factory=dict, init=False, repr=False)
 
     @property
     def formats(self) -> tuple[str, ...]:
@@ -72,20 +77,35 @@ class GatewayDeltas:
         return (delta.FORMAT,)
 
     def call_key(
-        self, route: Route, partition: str, era: str, arguments: Mapping[str, Any] | None, scope: Scope
+        self,
+        route: Route,
+        partition: str,
+        era: str,
+        arguments: Mapping[str, Any] | None,
+        scope: Scope,
+        canonical: bytes | None = None,
     ) -> CallKey | None:
         """Where this call's answers are kept in the history; None when they are not kept (the tool opted
-        out, a private answer to an anonymous caller, arguments with no canonical form)."""
+        out, a private answer to an anonymous caller, arguments with no canonical form). `canonical`: the
+        canonical JSON of `route.keyed(arguments)`, when the caller has it already."""
         if not route.settings.deltas or not route.settings.etag:
             return None
         owner = history_partition(scope, partition)
         if owner is None:
             return None
-        try:
-            canonical = canonical_json(route.keyed(arguments))
-        except CanonicalizationError:
-            return None
-        return CallKey(owner, route.server_id, era, route.tool, canonical)
+        if canonical is None:
+            try:
+                canonical = canonical_json(route.keyed(arguments))
+            except CanonicalizationError:
+                return None
+        named = (owner, route.server_id, era, route.tool, canonical)
+        call = self._calls.get(named)
+        if call is None:
+            # Kept, so that a call made again reuses its digest (a SHA-256 of the arguments) every time.
+            if len(self._calls) >= _CALLS_KEPT:
+                self._calls.clear()
+            call = self._calls[named] = CallKey(*named)
+        return call
 
     async def reply(
         self,

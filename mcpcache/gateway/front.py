@@ -27,6 +27,7 @@ from cachetools import LRUCache
 
 from mcpcache.canonical import CanonicalizationError, canonical_json
 from mcpcache.client.outcomes import CallOutcome
+from mcpcache.protocol import CacheBlock
 from mcpcache.server.fastmcp.answers import readdressed_above_middleware
 
 __all__ = ["RECHECK_S", "AskStore", "FrontEntry", "FrontHit", "FrontTier", "decide_front", "front_key"]
@@ -56,6 +57,8 @@ class FrontEntry:
     checked_until: float
     size: int
     reason: str
+    block: CacheBlock | None = None
+    """The answer's cache block, read once when it is held (`reply_block`)."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class FrontHit:
     result: mt.CallToolResult
     fresh_for_ms: int
     reason: str
+    block: CacheBlock | None = None
 
 
 @dataclass(frozen=True)
@@ -84,7 +88,7 @@ def decide_front(entry: FrontEntry | None, now: float) -> FrontDecision:
         return AskStore("held, no longer fresh")
     if now >= entry.checked_until:
         return AskStore(f"held, not checked against the store for {RECHECK_S:g} s")
-    return FrontHit(entry.result, int((entry.fresh_until - now) * 1000), entry.reason)
+    return FrontHit(entry.result, int((entry.fresh_until - now) * 1000), entry.reason, entry.block)
 
 
 class FrontTier:
@@ -102,8 +106,16 @@ class FrontTier:
             del self._entries[key]
         return decision
 
-    def record(self, key: FrontKey, result: mt.CallToolResult, outcome: CallOutcome, now: float) -> None:
-        """What the partition's cache did for the call: a fresh hit is held, anything else drops the entry."""
+    def record(
+        self,
+        key: FrontKey,
+        result: mt.CallToolResult,
+        outcome: CallOutcome,
+        now: float,
+        block: CacheBlock | None = None,
+    ) -> None:
+        """What the partition's cache did for the call: a fresh hit is held (with its cache `block` as read),
+        anything else drops the entry."""
         self._entries.pop(key, None)
         size = outcome.bytes_saved
         if (
@@ -116,7 +128,7 @@ class FrontTier:
         ):
             return
         fresh_until = now + outcome.fresh_for_ms / 1000
-        entry = FrontEntry(result, fresh_until, min(fresh_until, now + self.recheck_s), size, outcome.reason)
+        entry = FrontEntry(result, fresh_until, min(fresh_until, now + self.recheck_s), size, outcome.reason, block)
         self._entries[key] = entry
 
     def __len__(self) -> int:

@@ -64,6 +64,7 @@ from mcpcache.gateway.telemetry import GatewayTelemetry
 from mcpcache.protocol import (
     META_KEY,
     NO_CONDITIONS,
+    CacheBlock,
     Conditions,
     DeltaReply,
     NotModifiedReply,
@@ -190,7 +191,11 @@ def _as_call_result(result: ToolResult) -> mt.CallToolResult:
     )
 
 
-def _as_tool_result(result: mt.CallToolResult) -> ToolResult:
+_SAME: Any = object()
+
+
+def _as_tool_result(result: mt.CallToolResult, meta: dict[str, Any] | None = _SAME) -> ToolResult:
+    """`result` as FastMCP's ToolResult, with `meta` in place of its own when given."""
     # Constructed without ToolResult.__init__, which would convert and serialise a multi-megabyte answer
     # again; it is already in wire form. A non-object structuredContent needs FastMCP's raw class, as
     # its proxy uses for the same case.
@@ -198,7 +203,7 @@ def _as_tool_result(result: mt.CallToolResult) -> ToolResult:
     fields: dict[str, Any] = {
         "content": list(result.content),
         "structured_content": result.structured_content,
-        "meta": result.meta,
+        "meta": result.meta if meta is _SAME else meta,
         "is_error": result.is_error,
     }
     if kind is None:
@@ -568,7 +573,9 @@ class GatewayMiddleware(Middleware):
             held = front.get(key, caches.clock())
             if isinstance(held, FrontHit):
                 logger.debug("tool %r: front: fresh_hit (%s)", route.public_name, held.reason)
-                return await self._from_store(leg, partition, era, conditions, held.result, held.fresh_for_ms)
+                return await self._from_store(
+                    leg, partition, era, conditions, held.result, held.fresh_for_ms, held.block, key[-1]
+                )
         conn = _UpstreamConnection(leg, era, requested, self.meta_key, self._declared.get(route.server_id, {}))
         try:
             result, outcome = await caches.get(partition).execute(conn, route.tool, arguments)
@@ -582,10 +589,12 @@ class GatewayMiddleware(Middleware):
                 return await leg.answer(None)  # a stub the schema refuses never goes: the answer does
             return await leg.answer(requested)
         logger.debug("tool %r: store: %s (%s)", route.public_name, outcome.status, outcome.reason)
+        block = reply_block(result.meta, self.meta_key)
         if front is not None and key is not None:
-            front.record(key, result, outcome, caches.clock())
+            front.record(key, result, outcome, caches.clock(), block)
         fresh_for = outcome.fresh_for_ms if outcome.status == "fresh_hit" else None
-        return await self._from_store(leg, partition, era, conditions, result, fresh_for)
+        canonical = key[-1] if key is not None else None
+        return await self._from_store(leg, partition, era, conditions, result, fresh_for, block, canonical)
 
     async def _from_store(
         self,
@@ -595,11 +604,14 @@ class GatewayMiddleware(Middleware):
         conditions: Conditions,
         result: mt.CallToolResult,
         fresh_for: int | None,
+        block: CacheBlock | None,
+        canonical: bytes | None,
     ) -> ToolResult:
         """An answer from the store, stamped for a caller with `conditions` (a not-modified reply, a delta, or
-        the answer), with what is left of its freshness (`fresh_for`, a fresh hit's) as its ttl."""
+        the answer), with what is left of its freshness (`fresh_for`, a fresh hit's) as its ttl. `block`: the
+        answer's cache block as `reply_block` reads it; `canonical`: the canonical JSON of the call's keyed
+        arguments (`front_key`'s last part), when known."""
         requested = conditions.etag
-        block = reply_block(result.meta, self.meta_key)
         if result.is_error or block is None:
             return _as_tool_result(result)
         route = leg.route
@@ -620,8 +632,11 @@ class GatewayMiddleware(Middleware):
         )
         if self.deltas is not None:
             arguments = leg.context.message.arguments
-            call = self.deltas.call_key(route, partition, era, arguments, block.cache_scope)
+            call = self.deltas.call_key(route, partition, era, arguments, block.cache_scope, canonical)
             reply = await self.deltas.reply(route, call, conditions, policy, after, result, stub=leg.stub)
             if reply is not None:
                 return _delta(reply)
+        if isinstance(after, Stamp):  # one model built, not one to convert and another to stamp
+            logger.debug("tool %r: %s", route.public_name, after.reason)
+            return _as_tool_result(result, with_block(result.meta, after.block, self.meta_key))
         return leg.apply(after, _as_tool_result(result))

@@ -91,7 +91,7 @@ class CachePolicy:
             if self.ignore_arguments:
                 raise ValueError("give key_arguments or ignore_arguments, not both")
             rule = KeyArguments.keep(self.key_arguments)
-        else:
+        elif self.ignore_arguments != ():  # the default needs no check: the gateway builds a policy per call
             ignored = KeyArguments.drop(self.ignore_arguments)
             rule = ignored if ignored.ignore else None
         if rule is not None and rule.only is not None:

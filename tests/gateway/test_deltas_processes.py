@@ -83,11 +83,13 @@ def replicas(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             )
             upstream = f"http://127.0.0.1:{demo_port}/mcp"
             toml = config(folder / "gateway.toml", upstream, redis_url, namespace)
+            # The upstream first: a gateway that cannot reach it at start exits (a loaded machine once made
+            # the demo server slower to listen than the replicas' first look at it).
+            wait_until_listening(started[0], demo_port, 120.0, "mcpcache demo-server")
             ports = [free_port(), free_port()]
             for port in ports:
                 command = [sys.executable, "-m", "mcpcache", "gateway", "--config", str(toml), "--port", str(port)]
                 started.append(subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=log))
-            wait_until_listening(started[0], demo_port, 120.0, "mcpcache demo-server")
             for process, port in zip(started[1:], ports, strict=True):
                 wait_until_listening(process, port, 120.0, "mcpcache gateway")
             one, two = (f"http://127.0.0.1:{port}/mcp" for port in ports)

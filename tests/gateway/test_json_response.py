@@ -1,6 +1,7 @@
 """`[gateway] json_response = true`: `mcpcache gateway` answers each request with one JSON body instead of an
 event stream (the streamable HTTP transport lets a server choose either; every client must read both), and
-callers of both protocol eras still get their answers, stamped and served from the store.
+callers of both protocol eras still get their answers, stamped and served from the store. With them, the
+other serving keys: `http` (uvicorn's parser) and `access_log` (off unless asked for).
 
 The real command in a process of its own, in front of the counting upstream over HTTP; the replies' types
 are read from the HTTP responses.
@@ -38,11 +39,12 @@ LEGACY_INITIALIZE = {
 }
 
 
-def config_text(upstream: str, *, json_response: bool | None) -> str:
+def config_text(upstream: str, *, json_response: bool | None, extra: str = "") -> str:
     choice = "" if json_response is None else f"json_response = {str(json_response).lower()}"
     return f"""
 [gateway]
 {choice}
+{extra}
 
 [store]
 memory = true
@@ -63,9 +65,9 @@ def upstream() -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def gateway_process(tmp_path: Path, upstream: str, *, json_response: bool | None) -> Iterator[str]:
+def gateway_process(tmp_path: Path, upstream: str, *, json_response: bool | None, extra: str = "") -> Iterator[str]:
     config = tmp_path / "gateway.toml"
-    config.write_text(config_text(upstream, json_response=json_response), encoding="utf-8")
+    config.write_text(config_text(upstream, json_response=json_response, extra=extra), encoding="utf-8")
     parse_config(config.read_text(encoding="utf-8"))  # a bad file fails here, not as a process that exits
     port = free_port()
     command = [sys.executable, "-m", "mcpcache", "gateway", "--config", str(config), "--port", str(port)]
@@ -126,3 +128,25 @@ def test_the_key_takes_a_boolean_only() -> None:
     )
     with pytest.raises(ConfigError, match="json_response"):
         parse_config(text)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("asked", [False, True], ids=["default", "access_log = true"])
+async def test_a_line_per_request_only_when_asked(tmp_path: Path, upstream: str, asked: bool) -> None:
+    with gateway_process(tmp_path, upstream, json_response=None, extra="access_log = true" if asked else "") as url:
+        await read_both_eras(url)
+    log = (tmp_path / "gateway.log").read_text(encoding="utf-8", errors="replace")
+    assert ('"POST /mcp HTTP/1.1" 200' in log) == asked, log[-2000:]
+
+
+@pytest.mark.anyio
+async def test_the_pure_python_parser_serves_as_well(tmp_path: Path, upstream: str) -> None:
+    with gateway_process(tmp_path, upstream, json_response=True, extra='http = "h11"') as url:
+        assert content_type_of_initialize(url).startswith("application/json")
+        await read_both_eras(url)
+
+
+@pytest.mark.parametrize(("line", "key"), [('http = "fast"', "http"), ('access_log = "yes"', "access_log")])
+def test_the_serving_keys_are_checked(line: str, key: str) -> None:
+    with pytest.raises(ConfigError, match=key):
+        parse_config(config_text("http://127.0.0.1:1/mcp", json_response=None, extra=line))

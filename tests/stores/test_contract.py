@@ -628,7 +628,8 @@ class TestChecksums:
                 await store.save("a", Item({"v": 4}, b"body a2", "g", 7.0, None, "tag-a2", 8.0))
                 again = store.peek_now(keys)
                 assert again == await store.peek_many(keys)
-                assert again[2] is not None and dict(again[2].meta) == {"v": 4}
+                assert again[2] is not None
+                assert dict(again[2].meta) == {"v": 4}
                 assert again[2].checksum == body_checksum(b"body a2")
 
     async def test_peek_many_follows_every_change_of_the_body_metadata_and_expiry(self, backend: Backend) -> None:

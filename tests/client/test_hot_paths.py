@@ -312,3 +312,34 @@ async def test_a_fresh_hit_is_served_the_answer_of_its_own_arguments_whatever_th
         assert (await conn.call("echo", {})).result.content[0].text == "NoneType:None"
         assert (await conn.view.call_tool("echo")).content[0].text == "NoneType:None"  # no arguments: as {}
         assert cache.stats.fresh_hits == 2 * len(values) + 1
+
+
+async def test_a_fresh_hit_from_sqlite_without_a_thread_hop_still_sees_another_connections_write(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """`SQLiteStore.peek_now` answers a fresh hit from what it peeked while SQLite's `data_version` is
+    unchanged; a freshness end or an invalidation written through another store on the file (another
+    connection, as another process has) is seen on the very next call."""
+    path = tmp_path / "shared.db"
+    a = ToolCache(SQLiteStore(path, clock=clock), clock=clock)
+    b = ToolCache(SQLiteStore(path, clock=clock), clock=clock)
+    target = ServerTarget.memory(build_lab("sdk"))
+    async with (
+        connect("mcp", target, MODERN, a, server_id=SERVER_ID) as conn_a,
+        connect("mcp", target, MODERN, b, server_id=SERVER_ID) as conn_b,
+    ):
+        assert (await conn_a.call("read", K)).outcome.status == "miss"
+        for _ in range(3):
+            assert (await conn_a.call("read", K)).outcome.status == "fresh_hit"
+        assert isinstance(a.store, SQLiteStore)
+        assert a.store.peek_now([key_of(a)]) is not None  # answered without a thread hop
+        clock.advance(0.5)
+        await b.end_freshness(conn_b.view.server_id, conn_b.client.session.protocol_version)
+        clock.advance(0.5)
+        assert (await conn_a.call("read", K)).outcome.status == "revalidated"
+        for _ in range(3):
+            assert (await conn_a.call("read", K)).outcome.status == "fresh_hit"
+        await conn_b.view.invalidate("read", K)
+        assert (await conn_a.call("read", K)).outcome.status != "fresh_hit"
+    await a.store.close()
+    await b.store.close()

@@ -92,3 +92,13 @@ def test_the_cache_folder_is_the_platforms_unless_mcpcache_dir_says(
     monkeypatch.setenv("MCPCACHE_DIR", str(tmp_path / "mine"))
     assert paths.cache_dir() == tmp_path / "mine"
     assert paths.default_path("tools.db") == tmp_path / "mine" / "tools.db"
+
+
+def test_a_gateway_told_to_use_httptools_without_it_says_so_in_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "gateway.toml"
+    config.write_text(
+        '[gateway]\nhttp = "httptools"\n\n[upstreams.up]\nurl = "http://127.0.0.1:9/mcp"\n', encoding="utf-8"
+    )
+    done = lean(("httptools",), "cli", "gateway", "--config", str(config))
+    line = 'mcpcache gateway: [gateway] http = "httptools" needs httptools: pip install httptools'
+    assert (done.returncode, done.stdout, done.stderr) == (2, "", line + "\n")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -76,6 +77,9 @@ def gateway(
     from mcpcache.processes import free_port
 
     serve = settings.gateway
+    if serve.http == "httptools" and not _importable("httptools"):
+        print('mcpcache gateway: [gateway] http = "httptools" needs httptools: pip install httptools', file=sys.stderr)
+        raise typer.Exit(2)
     bound = serve.port or free_port()
     # Before anything is said or started: uvicorn finds a taken port only after the banner and startup.
     busy = port_problem(bound, serve.host)
@@ -129,6 +133,13 @@ def gateway(
     code = anyio.run(serve_when_reached)
     if code:
         raise typer.Exit(code)
+
+
+def _importable(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:
+        return False
 
 
 def _shown(settings: UpstreamSettings) -> str:

@@ -24,8 +24,7 @@ Locks. WAL mode: readers never wait for the writer and the writer never waits fo
 
 Fresh hits without a thread hop (`peek_now`): the items the last peeks found are kept while SQLite's
 `data_version`, read on a connection of the store's own, is unchanged; any commit to the file by any other
-connection, in this process (the writer) or another, changes it and drops them. Reading it takes a couple
-of microseconds and never waits for a lock (`busy_timeout = 0`: a failure is a trip through `peek_many`).
+connection, in this process (the writer) or another, changes it and drops them (`mcpcache.stores.sqlite_peeks`).
 
 Self-repair and newer schemas: a file that is not a usable store is moved aside and replaced; a newer
 mcpcache's file is left alone for a file beside it (`mcpcache.stores.sqlite_file`).
@@ -54,7 +53,6 @@ readable by their owner only (0600): cached tool answers can be private.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import sqlite3
@@ -100,6 +98,7 @@ from mcpcache.stores.sqlite_file import (
     path_beside,
     prepare,
 )
+from mcpcache.stores.sqlite_peeks import KeptPeeks
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT_S",
@@ -127,9 +126,6 @@ _UNBOUNDED_WAL_BASIS = 256 * MiB
 """What the log thresholds are derived from when the store has no byte bound."""
 
 _MAX_PENDING_TOUCHES = 10_000
-_NOT_PEEKED: Any = object()
-_MAX_PEEKED = 4096
-"""Items `peek_now` keeps from the last peeks (emptied when full, and whenever the file changes)."""
 _EVICTION_BATCH = 64
 _REMOVAL_BATCH = 500
 
@@ -202,17 +198,8 @@ class SQLiteStore(Store):
         self._closed = False
         self._pending_touches: OrderedDict[str, None] = OrderedDict()
         self._pending_drops: set[str] = set()
-        self._watch: tuple[sqlite3.Connection, int, int] | None = None
-        """A connection of `peek_now`'s own, with its epoch and the generation it was opened in: it only reads
-        SQLite's `data_version`, which changes whenever any other connection (this process's writer
-        included) commits to the file."""
-        self._watch_lock = threading.Lock()
-        """Guards the watch connection, `_version` and `_peeked` (never held while waiting for anything)."""
-        self._watch_epochs = itertools.count()
-        self._version: tuple[int, int] | None = None
-        """(epoch, `data_version`) as the last `peek_now` read it."""
-        self._peeked: dict[str, Item | None] = {}
-        """What `peek_many` found under each key, while `data_version` is still `_version` (see `peek_now`)."""
+        self._peeks = KeptPeeks(self._connect)
+        """What `peek_now` answers from (a subclass never uses it: it is asked its way)."""
 
     def now(self) -> float:
         return self._clock()
@@ -235,15 +222,11 @@ class SQLiteStore(Store):
 
     async def peek_many(self, keys: Sequence[str]) -> list[Item | None]:
         # The version `peek_now` read before this peek began: whatever is read now is at least that recent.
-        version = self._version
+        version = self._peeks.version()
         # One read transaction for all of them, so the items are one consistent snapshot.
         items: list[Item | None] = await self._run(self._read, self._peek_many_watched, list(keys))
         if version is not None and type(self) is SQLiteStore:
-            with self._watch_lock:
-                if version == self._version:
-                    if len(self._peeked) + len(items) > _MAX_PEEKED:
-                        self._peeked.clear()
-                    self._peeked.update(zip(keys, items, strict=True))
+            self._peeks.keep(version, keys, items)
         return items
 
     def peek_now(self, keys: Sequence[str]) -> list[Item | None] | None:
@@ -254,31 +237,11 @@ class SQLiteStore(Store):
         kept items are dropped and the caller is sent to `peek_many`. So is a key not peeked before, an
         item expired since, and any failure. A peek answered here counts as a use, as any peek does. The
         items are shared between calls: a caller reads them and never changes them."""
-        if type(self) is not SQLiteStore or not self._watch_lock.acquire(blocking=False):
+        if type(self) is not SQLiteStore:
             return None  # a subclass (counting, failing, waiting) is asked its way
-        try:
-            watch = self._watch
-            if watch is None or watch[2] != self._generation:
-                return None  # not opened yet, or the file was replaced: the next `peek_many` opens one
-            conn, epoch, _ = watch
-            try:
-                version = (epoch, conn.execute("PRAGMA data_version").fetchone()[0])
-            except sqlite3.Error:
-                return None
-            if version != self._version:
-                self._version = version
-                self._peeked = {}
-                return None
-            peeked = self._peeked
-        finally:
-            self._watch_lock.release()
-        items: list[Item | None] = []
-        now = self._clock()
-        for key in keys:
-            item = peeked.get(key, _NOT_PEEKED)
-            if item is _NOT_PEEKED or (item is not None and item.expires_at is not None and item.expires_at <= now):
-                return None
-            items.append(item)
+        items = self._peeks.answer(keys, self._generation, self._clock())
+        if items is None:
+            return None
         with self._touch_lock:
             for key, item in zip(keys, items, strict=True):
                 if item is not None:
@@ -515,11 +478,7 @@ class SQLiteStore(Store):
             for conn in self._idle_readers:
                 conn.close()
             self._idle_readers.clear()
-        with self._watch_lock:
-            watch, self._watch = self._watch, None
-            self._version, self._peeked = None, {}
-        if watch is not None:
-            watch[0].close()
+        self._peeks.close()
         # An abandoned write may still be finishing: give it a moment, then leave its connection to it.
         if not self._write_lock.acquire(timeout=max(self.busy_timeout_s, 1.0)):
             return
@@ -594,35 +553,11 @@ class SQLiteStore(Store):
     def _peek_many_watched(self, conn: sqlite3.Connection, keys: list[str]) -> list[Item | None]:
         """`_peek_many`, opening `peek_now`'s connection first if the file in use has none (in this thread:
         opening a file is not for the event loop's)."""
-        watch = self._watch
-        if (watch is None or watch[2] != self._generation) and type(self) is SQLiteStore:
-            self._open_watch()
+        if type(self) is SQLiteStore:
+            with self._open_lock:
+                active, generation = self._active, self._generation
+            self._peeks.ensure(active, generation)
         return self._peek_many(conn, keys)
-
-    def _open_watch(self) -> None:
-        with self._open_lock:
-            active, generation = self._active, self._generation
-        if active is None:
-            return
-        conn = self._connect(active)
-        try:
-            conn.execute("PRAGMA busy_timeout = 0")
-            conn.execute("PRAGMA query_only = 1")
-        except sqlite3.Error:
-            conn.close()
-            return
-        old = None
-        with self._watch_lock:
-            kept = not self._closed  # closed meanwhile: nothing is kept
-            if kept:
-                # A new epoch: versions read on another connection are never compared with this one's.
-                old, self._watch = self._watch, (conn, next(self._watch_epochs), generation)
-                self._version = None
-                self._peeked = {}
-        if not kept:
-            conn.close()
-        if old is not None:
-            old[0].close()
 
     def _in_read_transaction(self, conn: sqlite3.Connection, keys: list[str], *, with_body: bool) -> list[Item | None]:
         """Each key's item, all read in one read transaction (one snapshot: an item row and its body, and

@@ -9,12 +9,15 @@ import sys
 import time
 from pathlib import Path
 
+import anyio
+import anyio.lowlevel
 import pytest
+from anyio.streams.text import TextReceiveStream
 from stores.backends import FakeClock
 from support.transports import MODERN, ServerTarget
 
 from mcpcache.client import ToolCache
-from mcpcache.stores import SQLiteStore
+from mcpcache.stores import Item, SQLiteStore
 
 from .harness import connect
 from .lab import build_lab
@@ -25,7 +28,7 @@ pytestmark = pytest.mark.anyio
 _END_FRESHNESS = """
 import asyncio, sys
 from mcpcache.client import ToolCache
-from mcpcache.stores import SQLiteStore
+from mcpcache.stores import Item, SQLiteStore
 
 async def main() -> None:
     now = float(sys.argv[2])
@@ -93,11 +96,6 @@ asyncio.run(main())
 async def test_peek_now_never_answers_what_another_process_committed_past(tmp_path: Path) -> None:
     """Another process rewrites a record over and over, saying after each commit that it is done; many
     tasks peek at once all along. No answer of `peek_now` is older than a commit announced before it began."""
-    import anyio
-    from anyio.streams.text import TextReceiveStream
-
-    from mcpcache.stores import Item
-
     path = tmp_path / "shared.db"
     store = SQLiteStore(path)
     await store.save("a", Item({"v": 0}, b"b", "g", 1.0, None, "t0", 0.0))
@@ -116,17 +114,17 @@ async def test_peek_now_never_answers_what_another_process_committed_past(tmp_pa
                 seen = now[0].meta["v"] if now[0] is not None else None
                 if seen is None or seen < before:
                     stale.append((before, seen))
-            await anyio.sleep(0)
+            await anyio.lowlevel.checkpoint()
 
-    async with await anyio.open_process([sys.executable, "-c", _WRITER, str(path), "300"]) as writer:
-        async with anyio.create_task_group() as tasks:
-            for _ in range(6):
-                tasks.start_soon(peeker)
-            assert writer.stdout is not None
-            async for chunk in TextReceiveStream(writer.stdout):
-                for line in chunk.split():
-                    committed = max(committed, int(line))
-            done.set()
+    writer = await anyio.open_process([sys.executable, "-c", _WRITER, str(path), "300"])
+    async with writer, anyio.create_task_group() as tasks:
+        for _ in range(6):
+            tasks.start_soon(peeker)
+        assert writer.stdout is not None
+        async for chunk in TextReceiveStream(writer.stdout):
+            for line in chunk.split():
+                committed = max(committed, int(line))
+        done.set()
     await store.close()
     assert committed == 300
     assert answered > 0  # the kept peeks were used

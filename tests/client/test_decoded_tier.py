@@ -424,3 +424,67 @@ def test_a_planned_copy_is_equal_and_shares_no_container(
         assert copy == original
         assert copy.model_dump() == original.model_dump()
         assert not [c for c in _containers(copy) if id(c) in held_ids]
+
+
+_small_meta = st.none() | st.dictionaries(st.text(max_size=4), _json, max_size=2)
+_annotations = st.none() | st.builds(
+    mt.Annotations, audience=st.none() | st.lists(st.sampled_from(["user", "assistant"]), max_size=2)
+)
+
+
+def _block(kind: str, meta: dict[str, Any] | None, annotations: mt.Annotations | None, n: int) -> mt.ContentBlock:
+    if kind == "image":
+        return mt.ImageContent(type="image", data="AA==", mime_type="image/png", annotations=annotations, _meta=meta)
+    if kind == "audio":
+        return mt.AudioContent(type="audio", data="AA==", mime_type="audio/wav", annotations=annotations, _meta=meta)
+    if kind == "link":
+        link = mt.ResourceLink(type="resource_link", uri=f"file:///r{n}", name=f"r{n}", annotations=annotations)
+        return link.model_copy(update={"meta": meta})
+    if kind == "text-resource":
+        inner = mt.TextResourceContents(uri=f"file:///t{n}", text="t", mime_type="text/plain", _meta=meta)
+        return mt.EmbeddedResource(type="resource", resource=inner, annotations=annotations, _meta=meta)
+    if kind == "blob-resource":
+        blob = mt.BlobResourceContents(uri=f"file:///b{n}", blob="AA==", _meta=meta)
+        return mt.EmbeddedResource(type="resource", resource=blob, annotations=annotations)
+    return mt.TextContent(type="text", text=f"b{n}", annotations=annotations, _meta=meta)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    structured=st.dictionaries(st.text(max_size=6), _json, max_size=4),
+    blocks=st.lists(
+        st.tuples(
+            st.sampled_from(["text", "image", "audio", "link", "text-resource", "blob-resource"]),
+            _small_meta,
+            _annotations,
+        ),
+        max_size=4,
+    ),
+    meta=_small_meta,
+    is_error=st.booleans(),
+)
+def test_a_planned_copy_of_any_content_block_is_equal_and_shares_no_container(
+    structured: dict[str, Any],
+    blocks: list[tuple[str, dict[str, Any] | None, mt.Annotations | None]],
+    meta: dict[str, Any] | None,
+    is_error: bool,
+) -> None:
+    """As above, with every kind of content block (an embedded resource's nested model included), each with
+    its own metadata and annotations: plans of different model classes alike in layout are shared."""
+    original = mt.CallToolResult(
+        content=[_block(kind, m, a, n) for n, (kind, m, a) in enumerate(blocks)],
+        structured_content=structured,
+        _meta=meta,
+        is_error=is_error,
+    )
+    body = encode_result(original)
+    decoded = decode_result(body)
+    assert decoded is not None
+    held = hold(decoded, body, "t", body_checksum(body))
+    assert held.plan is not None
+    held_ids = {id(c) for c in _containers(held.result)}
+    for copy in (held.copy(), _planned(held.result, held.plan), held.copy()):
+        assert copy == decoded
+        assert [type(block) for block in copy.content] == [type(block) for block in decoded.content]
+        assert copy.model_dump(by_alias=True) == original.model_dump(by_alias=True)
+        assert not [c for c in _containers(copy) if id(c) in held_ids]

@@ -343,3 +343,39 @@ async def test_a_fresh_hit_from_sqlite_without_a_thread_hop_still_sees_another_c
         assert (await conn_a.call("read", K)).outcome.status != "fresh_hit"
     await a.store.close()
     await b.store.close()
+
+
+async def test_a_fresh_hit_follows_a_key_rule_declared_after_its_memo_was_filled(
+    backend: Backend, opened: Store
+) -> None:
+    """`ToolCache.fresh_hit` remembers the identity of calls keyed on every argument; a trusted server's
+    declaration (keyed on `key` only), read after the first call was remembered so and read again after the
+    tools changed, decides every later call's key: no call is answered from the memo's key past its rule."""
+    from fastmcp import FastMCP
+
+    from mcpcache.server import CachePolicy, ToolPolicies, install
+
+    server: FastMCP[Any] = FastMCP("keyed")
+    runs: list[tuple[str, int]] = []
+
+    @server.tool
+    def read(key: str, noise: int = 0) -> str:
+        runs.append((key, noise))
+        return f"{key}:{noise}:{len(runs)}"
+
+    install(server, ToolPolicies({"read": CachePolicy(ttl_ms=60_000, key_arguments=["key"])}))
+    cache = ToolCache(opened, clock=clock_of(backend), trusted=True)
+    async with connect("mcp", ServerTarget.memory(server), MODERN, cache, server_id=SERVER_ID) as conn:
+        first = await conn.call("read", {"key": "k", "noise": 1})
+        assert first.result.content[0].text == "k:1:1"
+        for noise in (2, 1, 3):  # the declaration: noise is not part of the key
+            call = await conn.call("read", {"key": "k", "noise": noise})
+            assert (call.outcome.status, call.result.content[0].text) == ("fresh_hit", "k:1:1")
+        other = await conn.call("read", {"key": "j", "noise": 1})
+        assert other.result.content[0].text == "j:1:2"
+        cache._key_rules.forget()  # the tools changed: the declarations are listed again
+        for noise in (1, 4):
+            call = await conn.call("read", {"key": "k", "noise": noise})
+            assert (call.outcome.status, call.result.content[0].text) == ("fresh_hit", "k:1:1")
+        assert (await conn.call("read", {"key": "j", "noise": 9})).result.content[0].text == "j:1:2"
+        assert runs == [("k", 1), ("j", 1)]

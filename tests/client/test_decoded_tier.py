@@ -396,7 +396,7 @@ _json = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(
     structured=st.dictionaries(st.text(max_size=6), _json, max_size=5),
     meta=st.none() | st.dictionaries(st.text(max_size=6), _json, max_size=3),
@@ -449,7 +449,7 @@ def _block(kind: str, meta: dict[str, Any] | None, annotations: mt.Annotations |
     return mt.TextContent(type="text", text=f"b{n}", annotations=annotations, _meta=meta)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(
     structured=st.dictionaries(st.text(max_size=6), _json, max_size=4),
     blocks=st.lists(

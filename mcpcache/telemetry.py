@@ -143,32 +143,11 @@ class Tracing:
     set (None until then)."""
 
     def __init__(self, provider: Any | None = None) -> None:
-        self._given = provider
-        self._provider: Any = None
-        self._tracer: Any = None
-        self._idle: Any = None
-        """The provider last found to be a stand-in: asked again only once another is set."""
+        self._tracers = _Provided(provider, _GLOBAL_TRACER_PROVIDER, lambda p: p.get_tracer("mcpcache"), "tracer")
 
     def tracer(self) -> Any | None:
         """The tracer to open spans with, or None when no provider is configured. Never raises."""
-        try:
-            provider = self._given
-            if provider is None:
-                provider = _GLOBAL_TRACER_PROVIDER.read()
-                if provider is None:
-                    return None
-            if provider is not self._provider:
-                if provider is self._idle:
-                    return None
-                if not _configured(provider):
-                    self._idle = provider
-                    return None
-                self._tracer = provider.get_tracer("mcpcache")
-                self._provider = provider
-            return self._tracer
-        except Exception:  # pragma: no cover - a broken provider must never fail a tool call
-            logger.debug("mcpcache: the tracer provider failed", exc_info=True)
-            return None
+        return self._tracers.get()
 
     def start_own(self, name: Callable[[], str]) -> Any | None:
         """Where a call's outcome goes: `CALLERS` when the current span records (the caller's span gets
@@ -189,27 +168,30 @@ class Tracing:
             return None
 
 
-Instruments = TypeVar("Instruments")
+Built = TypeVar("Built")
 
 
-class Meters(Generic[Instruments]):
-    """A part's instruments (`make(meter)` builds them) on the meter `mcpcache`: of `provider` when given,
-    else of the global meter provider once one is set (`get()` is None until then)."""
+class _Provided(Generic[Built]):
+    """What `build(provider)` makes of the provider given, else of the global one (`read`) once an
+    application sets a real one; None until then. Built again only when the provider changes; a stand-in
+    provider is remembered, so that with none configured a call costs two attribute reads."""
 
-    def __init__(self, make: Callable[[Any], Instruments], provider: Any | None = None) -> None:
-        self._make = make
-        self._given = provider
+    def __init__(self, given: Any | None, read: _Global, build: Callable[[Any], Built], what: str) -> None:
+        self._given = given
+        self._read = read
+        self._build = build
+        self._what = what
         self._provider: Any = None
-        self._instruments: Instruments | None = None
+        self._built: Built | None = None
         self._idle: Any = None
-        """The provider last found to be a stand-in (as `Tracing._idle`)."""
+        """The provider last found to be a stand-in: asked again only once another is set."""
 
-    def get(self) -> Instruments | None:
-        """The instruments, or None when no meter provider is configured. Never raises."""
+    def get(self) -> Built | None:
+        """Never raises."""
         try:
             provider = self._given
             if provider is None:
-                provider = _GLOBAL_METER_PROVIDER.read()
+                provider = self._read.read()
                 if provider is None:
                     return None
             if provider is not self._provider:
@@ -218,12 +200,23 @@ class Meters(Generic[Instruments]):
                 if not _configured(provider):
                     self._idle = provider
                     return None
-                self._instruments = self._make(provider.get_meter("mcpcache"))
+                self._built = self._build(provider)
                 self._provider = provider
-            return self._instruments
+            return self._built
         except Exception:  # pragma: no cover - a broken provider must never fail a tool call
-            logger.debug("mcpcache: the meter provider failed", exc_info=True)
+            logger.debug("mcpcache: the %s provider failed", self._what, exc_info=True)
             return None
+
+
+Instruments = TypeVar("Instruments")
+
+
+class Meters(_Provided[Instruments]):
+    """A part's instruments (`make(meter)` builds them) on the meter `mcpcache`: of `provider` when given,
+    else of the global meter provider once one is set (`get()` is None until then)."""
+
+    def __init__(self, make: Callable[[Any], Instruments], provider: Any | None = None) -> None:
+        super().__init__(provider, _GLOBAL_METER_PROVIDER, lambda p: make(p.get_meter("mcpcache")), "meter")
 
 
 class Labels:

@@ -26,6 +26,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 from stores.backends import Backend
+from support.metrics import sums
 from support.transports import MODERN, ServerTarget, stock_client
 
 from mcpcache.client import ToolCache
@@ -55,15 +56,7 @@ class Otel:
 
     def points(self, name: str) -> dict[tuple[tuple[str, Any], ...], int]:
         """The metric's sums by their attributes (sorted)."""
-        found: dict[tuple[tuple[str, Any], ...], int] = {}
-        data = self.reader.get_metrics_data()
-        for resource in data.resource_metrics if data is not None else ():
-            for scope in resource.scope_metrics:
-                for metric in scope.metrics:
-                    if metric.name == name:
-                        for point in metric.data.data_points:
-                            found[tuple(sorted(point.attributes.items()))] = point.value  # type: ignore[union-attr]
-        return found
+        return sums(self.reader, name)
 
     def total(self, name: str, **match: Any) -> int:
         return sum(

@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from stores.backends import FakeClock
+from support.metrics import sums
 
 from mcpcache.client import ToolCache
 from mcpcache.gateway.config import ToolSettings
@@ -43,18 +44,6 @@ def upstream() -> fastmcp.FastMCP[Any]:
         return {"kind": "notes", "lines": LINES}
 
     return server
-
-
-def sums(reader: InMemoryMetricReader, name: str) -> dict[tuple[tuple[str, Any], ...], int]:
-    found: dict[tuple[tuple[str, Any], ...], int] = {}
-    data = reader.get_metrics_data()
-    for resource in data.resource_metrics if data is not None else ():
-        for scope in resource.scope_metrics:
-            for metric in scope.metrics:
-                if metric.name == name:
-                    for point in metric.data.data_points:
-                        found[tuple(sorted(point.attributes.items()))] = point.value  # type: ignore[union-attr]
-    return found
 
 
 @pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.redis)])

@@ -19,6 +19,7 @@ from mcp.server.mcpserver import MCPServer
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from stores.backends import FakeClock
+from support.metrics import sums
 from support.transports import MODERN, ServerTarget, stock_client
 
 from mcpcache.client import ToolCache
@@ -33,18 +34,6 @@ pytestmark = pytest.mark.anyio
 
 TTL_MS = 1000
 LINES = [f'line {n}: "quoted", back\\slashed, non-ASCII é' for n in range(60)]
-
-
-def sums(reader: InMemoryMetricReader, name: str) -> dict[tuple[tuple[str, Any], ...], int]:
-    found: dict[tuple[tuple[str, Any], ...], int] = {}
-    data = reader.get_metrics_data()
-    for resource in data.resource_metrics if data is not None else ():
-        for scope in resource.scope_metrics:
-            for metric in scope.metrics:
-                if metric.name == name:
-                    for point in metric.data.data_points:
-                        found[tuple(sorted(point.attributes.items()))] = point.value  # type: ignore[union-attr]
-    return found
 
 
 @pytest.fixture

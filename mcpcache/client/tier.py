@@ -190,6 +190,9 @@ _COMPILED_MOST_NODES = 64
 """Plans of at most this many nodes (a small answer's: the answer, its blocks, a few rows) are compiled to
 one function (`_compiled`); larger ones are followed by `_planned`, whose calls cost little beside theirs."""
 
+_COMPILE_AT = 2
+"""The copy of a held answer from which its plan is compiled (see `Decoded.copier`)."""
+
 _COMPILED_MOST_PLANS = 256
 _COMPILED: dict[Plan, Callable[[Any], Any] | None] = {}
 """Compiled copiers by plan (None: not compiled), emptied when it reaches `_COMPILED_MOST_PLANS`."""
@@ -313,11 +316,22 @@ class Decoded:
     plan: Plan | None = None
     """Where the containers of the answer are, for answers copied structurally."""
     copier: Callable[[Any], Any] | None = None
-    """The plan compiled (`_compiled`), when it is small enough."""
+    """The plan compiled (`_compiled`), once the answer is copied a second time and if the plan is small
+    enough: compiling takes up to about 2 ms, which an answer served once (a miss of a new shape) should not
+    pay. Set after construction (by `object.__setattr__`), as `copies` is."""
+    copies: int = 0
 
     def copy(self) -> CallToolResult:
         if self.plan is not None:
-            copied = _planned(self.result, self.plan) if self.copier is None else self.copier(self.result)
+            copier = self.copier
+            if copier is None:
+                copies = self.copies + 1
+                _set_attribute(self, "copies", copies)
+                if copies >= _COMPILE_AT:
+                    plan = self.plan
+                    copier = _compiled(plan) or (lambda value: _planned(value, plan))
+                    _set_attribute(self, "copier", copier)
+            copied = _planned(self.result, self.plan) if copier is None else copier(self.result)
             assert isinstance(copied, CallToolResult)
             return copied
         if self.pickled is not None:
@@ -352,8 +366,7 @@ def hold(
             pickled = pickle.dumps(result, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception:  # an answer holding something pickle cannot take: the structural copy serves it
             pickled = None
-    copier = None if plan is None else _compiled(plan)
-    return Decoded(tag, checksum, len(body), result, pickled, server, call, answer, plan, copier)
+    return Decoded(tag, checksum, len(body), result, pickled, server, call, answer, plan)
 
 
 class DecodedTier:

@@ -17,9 +17,9 @@ import platformdirs
 import pytest
 
 import mcpcache
-from mcpcache import paths
 from mcpcache.__main__ import main as command
 from mcpcache.extras import MissingExtra, needs
+from mcpcache.stores import opening
 
 LEAN = Path(__file__).resolve().parent / "support" / "lean.py"
 sys.path.insert(0, str(LEAN.parent))
@@ -86,12 +86,12 @@ def test_the_cache_folder_is_the_platforms_unless_mcpcache_dir_says(
 ) -> None:
     monkeypatch.delenv("MCPCACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert paths.cache_dir() == Path(platformdirs.user_cache_dir("mcpcache", appauthor=False))
+    assert opening.cache_dir() == Path(platformdirs.user_cache_dir("mcpcache", appauthor=False))
     if sys.platform.startswith("linux"):
-        assert paths.cache_dir() == tmp_path / "xdg" / "mcpcache"
+        assert opening.cache_dir() == tmp_path / "xdg" / "mcpcache"
     monkeypatch.setenv("MCPCACHE_DIR", str(tmp_path / "mine"))
-    assert paths.cache_dir() == tmp_path / "mine"
-    assert paths.default_path("tools.db") == tmp_path / "mine" / "tools.db"
+    assert opening.cache_dir() == tmp_path / "mine"
+    assert opening.default_path("tools.db") == tmp_path / "mine" / "tools.db"
 
 
 def test_a_gateway_told_to_use_httptools_without_it_says_so_in_one_line(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from referencing import Registry
 
 from mcpcache import delta
+from mcpcache.canonical import CanonicalizationError
 from mcpcache.check.core import BLOCK, DELTA, META_COVERED, REPLY, TAG, Judged, Scenario
 from mcpcache.check.observations import Exchange, ToolObservations
 from mcpcache.check.wire import (
@@ -35,7 +36,7 @@ from mcpcache.check.wire import (
     sent_tag,
     short,
 )
-from mcpcache.etag import CanonicalizationError, answer_digest
+from mcpcache.etag import answer_digest
 from mcpcache.protocol import (
     MAX_TTL_MS,
     STALE_IF_ERROR_KEY,

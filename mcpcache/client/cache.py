@@ -25,6 +25,7 @@ import anyio
 from cachetools import LRUCache
 from mcp_types import CallToolResult, TextContent
 
+from mcpcache.canonical import CanonicalizationError
 from mcpcache.client.background import Deferred
 from mcpcache.client.contracts import Connection
 from mcpcache.client.entries import (
@@ -73,7 +74,6 @@ from mcpcache.client.stale import DEFAULT_BACKGROUND_REVALIDATIONS, Background, 
 from mcpcache.client.telemetry import ClientTelemetry
 from mcpcache.client.tier import DecodedTier, hold
 from mcpcache.client.views import view_of
-from mcpcache.etag import CanonicalizationError
 from mcpcache.protocol import META_KEY, conditional_request_meta
 from mcpcache.sizes import bytes_saved, result_bytes
 from mcpcache.stores.base import Store

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from cachetools import LRUCache
 
+from mcpcache.canonical import CanonicalizationError
 from mcpcache.client.background import Deferred
 from mcpcache.client.contracts import Declaring
 from mcpcache.client.entries import TOOLS_GROUP, mark_item
@@ -20,7 +21,6 @@ from mcpcache.client.fence import FencedStore
 from mcpcache.client.keyrules import KeyRules
 from mcpcache.client.keys import CallIdentity, readable_server
 from mcpcache.client.tier import DecodedTier
-from mcpcache.etag import CanonicalizationError
 from mcpcache.stores.base import Match, Store
 
 if TYPE_CHECKING:

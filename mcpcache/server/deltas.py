@@ -16,7 +16,7 @@ from typing import Any, Final
 import orjson
 
 from mcpcache import delta
-from mcpcache.etag import CanonicalizationError
+from mcpcache.canonical import CanonicalizationError
 from mcpcache.protocol import META_KEY, CacheBlock
 from mcpcache.server.decisions import DeltaChoice, TryDelta, decide_delta, stub_refusal
 from mcpcache.server.policies import CachePolicy

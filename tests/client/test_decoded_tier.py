@@ -22,8 +22,8 @@ from support.transports import MODERN, ServerTarget
 
 from mcpcache.client import ToolCache
 from mcpcache.client.entries import decode_result, encode_result
+from mcpcache.client.keys import CallIdentity
 from mcpcache.client.tier import DecodedTier, _planned, copy_result, hold
-from mcpcache.keys import CallIdentity
 from mcpcache.protocol import META_KEY
 from mcpcache.stores import Item, MemoryStore, Store
 from mcpcache.stores.base import body_checksum

@@ -20,7 +20,7 @@ from support.redis_server import RedisServer
 from support.transports import MODERN, ServerTarget
 
 from mcpcache.client import ToolCache
-from mcpcache.keys import CallIdentity
+from mcpcache.client.keys import CallIdentity
 from mcpcache.stores import Item, MemoryStore, RedisStore, SQLiteStore
 
 from .harness import Conn, connect, live_clock, plain

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcpcache.policy import (
+from mcpcache.client.policy import (
     DELTA_FORMATS,
     ApplyDelta,
     EntryMeta,

@@ -28,15 +28,8 @@ from fastmcp.utilities.versions import VersionSpec
 from pydantic import TypeAdapter
 from typing_extensions import is_typeddict
 
-from mcpcache.etag import (
-    CanonicalizationError,
-    canonical_json,
-    content_tag_sized,
-    parsed_raw_tag_sized,
-    raw_domain,
-    raw_json_tag,
-    raw_tag_sized,
-)
+from mcpcache.canonical import CanonicalizationError, canonical_json
+from mcpcache.etag import content_tag_sized, parsed_raw_tag_sized, raw_domain, raw_json_tag, raw_tag_sized
 from mcpcache.server.decisions import Answer, BelowTagging
 from mcpcache.server.fastmcp.answers import READDRESSED, readdressed_above_middleware
 from mcpcache.server.fastmcp.declarations import ToolDeclarations

@@ -87,7 +87,7 @@ if TYPE_CHECKING:
     from mcpcache.client.fastmcp import CachedFastMCPClient
     from mcpcache.client.wrappers import CachedMCPClient, CachedSession
 
-__all__ = ["CacheStats", "CallOutcome", "Connection", "ToolCache"]
+__all__ = ["CacheStats", "CallOutcome", "ToolCache"]
 
 logger = logging.getLogger("mcpcache.client")
 

@@ -62,7 +62,7 @@ def progress_relay(ctx: Context) -> Progress | None:
 
 
 class UpstreamCall:
-    """`mcpcache.client.cache.Connection` over the proxy's upstream session, for one host request."""
+    """`mcpcache.client.contracts.Connection` over the proxy's upstream session, for one host request."""
 
     def __init__(self, link: UpstreamLink, progress: Progress | None, *, host_is_modern: bool) -> None:
         self._link = link

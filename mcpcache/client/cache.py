@@ -33,12 +33,6 @@ from mcpcache.client.entries import (
     decode_result,
     merged,
 )
-from mcpcache.client.fence import (
-    DEFAULT_STORE_COOLDOWN_S,
-    DEFAULT_STORE_DEADLINE_S,
-    DEFAULT_STORE_SECONDS_PER_MB,
-    FencedStore,
-)
 from mcpcache.client.flights import Flights
 from mcpcache.client.keeping import Keeping
 from mcpcache.client.keyrules import KeyRules, overrides
@@ -77,6 +71,13 @@ from mcpcache.client.views import view_of
 from mcpcache.protocol import META_KEY, conditional_request_meta
 from mcpcache.sizes import bytes_saved, result_bytes
 from mcpcache.stores.base import Store
+from mcpcache.stores.fence import (
+    DEFAULT_STORE_COOLDOWN_S,
+    DEFAULT_STORE_DEADLINE_S,
+    DEFAULT_STORE_SECONDS_PER_MB,
+    FencedStore,
+    FenceSettings,
+)
 from mcpcache.stores.opening import TOOLS_FILE, default_store
 
 if TYPE_CHECKING:
@@ -264,10 +265,11 @@ class ToolCache(StaleServing, Keeping):
         call made before names it without building and hashing it again (`fresh_hit`)."""
         self._store = FencedStore(
             self.store,
-            self._count_store_failure,
-            deadline_s=store_deadline_s,
-            cooldown_s=store_cooldown_s,
-            seconds_per_mb=store_deadline_per_mb_s,
+            who="tool cache store",
+            meanwhile="calls go on without the cache",
+            logger=logger,
+            on_failure=self._count_store_failure,
+            settings=FenceSettings(store_deadline_s, store_cooldown_s, store_deadline_per_mb_s),
             most_bytes=max_answer_bytes,
         )
 
@@ -581,7 +583,10 @@ class ToolCache(StaleServing, Keeping):
             # unknown: it may have come at any moment up to now. Only a request sent from now on may be
             # shared (see `decide_join`), and nothing stored is served.
             now = self.clock()
-            return _Looked(None, now, decide_lookup(mode, None, now, now))
+            decision = decide_lookup(mode, None, now, now)
+            if isinstance(decision, Fetch) and self._store.trouble:
+                decision = replace(decision, reason=f"miss: the store {self._store.trouble}")
+            return _Looked(None, now, decision)
         found: Found | None = None
         for (arm, key), item in zip(arms, items, strict=False):
             if item is None:

@@ -124,7 +124,11 @@ class Keeping(Managing):
         if not await self._save_and_hold(
             own, item, meta, identity, lambda: reply if self.read_only_views else copy_result(reply)
         ):
-            why = "not stored: the store holds a newer answer, or could not take this one"
+            trouble = self._store.trouble
+            if not trouble:
+                why = "not stored: the store holds a newer answer, or refused this one"
+            else:  # the lookup may have said why already
+                why = "not stored" if trouble in lookup_reason else f"not stored: the store {trouble}"
             return reply, CallOutcome(status, False, f"{lookup_reason}; {why}", saved)
         return reply, CallOutcome(status, True, f"{lookup_reason}; {decision.reason}", saved)
 

@@ -17,11 +17,11 @@ from mcpcache.canonical import CanonicalizationError
 from mcpcache.client.background import Deferred
 from mcpcache.client.contracts import Declaring
 from mcpcache.client.entries import TOOLS_GROUP, mark_item
-from mcpcache.client.fence import FencedStore
 from mcpcache.client.keyrules import KeyRules
 from mcpcache.client.keys import CallIdentity, readable_server
 from mcpcache.client.tier import DecodedTier
 from mcpcache.stores.base import Match, Store
+from mcpcache.stores.fence import FencedStore
 
 if TYPE_CHECKING:
     from mcpcache.client.inventory import CachedEntry

@@ -3,6 +3,7 @@
 from typing import TYPE_CHECKING, Any
 
 from mcpcache.stores.base import Item, Listed, Match, Page, Store, StoreLimits, Usage
+from mcpcache.stores.fence import FenceSettings
 from mcpcache.stores.memory import MemoryStore
 from mcpcache.stores.sqlite import SQLiteBusyError, SQLiteStore
 
@@ -10,6 +11,7 @@ if TYPE_CHECKING:
     from mcpcache.stores.redis import RedisStore
 
 __all__ = [
+    "FenceSettings",
     "Item",
     "Listed",
     "Match",

@@ -140,7 +140,7 @@ class Store(SDKResponseCacheMixin, ABC):
         """What `peek_many` would return, answered without awaiting by a store that can answer so without ever
         blocking (one held in this process's memory); None from any other store (the default), which is then
         asked through `peek_many`. It lets a caller skip the deadline it puts around every store operation
-        (`mcpcache.client.fence`) where no deadline can be missed."""
+        (`mcpcache.stores.fence`) where no deadline can be missed."""
         return None
 
     @abstractmethod

@@ -8,6 +8,7 @@ and References on memory stores.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from importlib.metadata import version
@@ -85,6 +86,15 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert exited.value.code == 0
     assert capsys.readouterr().out == f"mcpcache {version('mcpcache')}\n"
     assert version("mcpcache") == mcpcache.__version__
+
+
+def test_the_version_is_written_once_in_pyproject() -> None:
+    """`mcpcache.__version__` and `--version` read the installed package's metadata: no second copy to forget."""
+    root = Path(mcpcache.__file__).parent
+    written = re.search(r'^version = "([^"]+)"$', (root.parent / "pyproject.toml").read_text(), re.MULTILINE)
+    assert written is not None
+    copies = [str(path) for path in root.rglob("*.py") if f'"{written.group(1)}"' in path.read_text()]
+    assert copies == [], f"the version {written.group(1)} is written again in {copies}"
 
 
 def test_the_cache_folder_is_the_platforms_unless_mcpcache_dir_says(

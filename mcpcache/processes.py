@@ -237,6 +237,62 @@ class RedisCluster:
                 raise RuntimeError(f"the Redis cluster did not settle within {timeout_s:g} s: waiting for {what}")
             time.sleep(0.05)
 
+    def serving(self, key: str) -> list[RedisServer]:
+        """The nodes serving `key`'s slot, as a running node's CLUSTER SLOTS says: the primary, then its
+        replicas (an empty list while no running node knows of a primary for it)."""
+        import redis
+        from redis.crc import key_slot
+
+        slot = key_slot(key.encode())
+        by_port = {node.port: node for node in self.nodes}
+        for node in self.nodes:
+            if node.process is None or node.process.poll() is not None:
+                continue
+            client = redis.Redis(host="127.0.0.1", port=node.port, socket_timeout=5)
+            try:
+                ranges = client.execute_command("CLUSTER SLOTS")  # type: ignore[no-untyped-call]
+            except redis.exceptions.RedisError:
+                continue
+            finally:
+                client.close()
+            for low, high, *served in ranges:
+                if low <= slot <= high:
+                    return [by_port[int(entry[1])] for entry in served if int(entry[1]) in by_port]
+            return []
+        return []
+
+    def wait_served_by(self, key: str, node: RedisServer, timeout_s: float = 60.0) -> float:
+        """Wait until `node` is the primary serving `key`'s slot (a failover done), as the running nodes
+        agree; how long it took. RuntimeError past `timeout_s`."""
+        started = time.monotonic()
+        while True:
+            serving = self.serving(key)
+            running = [other for other in self.nodes if other.process is not None and other.process.poll() is None]
+            if serving and serving[0] is node and all(self._primary_of(other, key) == node.port for other in running):
+                return time.monotonic() - started
+            if time.monotonic() - started > timeout_s:
+                raise RuntimeError(f"port {node.port} did not take over {key!r}'s slot within {timeout_s:g} s")
+            time.sleep(0.05)
+
+    @staticmethod
+    def _primary_of(node: RedisServer, key: str) -> int | None:
+        import redis
+        from redis.crc import key_slot
+
+        if node.process is None or node.process.poll() is not None:
+            return None
+        slot = key_slot(key.encode())
+        client = redis.Redis(host="127.0.0.1", port=node.port, socket_timeout=5)
+        try:
+            for low, high, primary, *_ in client.execute_command("CLUSTER SLOTS"):  # type: ignore[no-untyped-call]
+                if low <= slot <= high:
+                    return int(primary[1])
+        except redis.exceptions.RedisError:
+            return None
+        finally:
+            client.close()
+        return None
+
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()

@@ -17,6 +17,7 @@ import xxhash
 __all__ = [
     "CLUSTER_SCHEMES",
     "CLUSTER_SHARDS",
+    "REDIS_URL_FORMS",
     "SINGLE_SCHEMES",
     "Candidate",
     "ClusterURL",
@@ -31,6 +32,8 @@ __all__ = [
 
 SINGLE_SCHEMES = ("redis://", "rediss://", "unix://")
 CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
+REDIS_URL_FORMS = "a redis://, rediss://, unix://, redis+cluster:// or rediss+cluster:// URL"
+"""What every setting that takes a Redis URL accepts, in the words its errors use."""
 
 CLUSTER_SHARDS = 16
 """Shards of a namespace on a cluster: each is one hash tag (so one slot) holding its items with their
@@ -48,9 +51,8 @@ def redis_url_kind(url: str) -> Literal["single", "cluster"]:
         return "cluster"
     if url.startswith(SINGLE_SCHEMES):
         return "single"
-    schemes = ", ".join(s.removesuffix("//") for s in (*SINGLE_SCHEMES, *CLUSTER_SCHEMES))
     shown = url if len(url) <= 60 else url[:57] + "..."
-    raise ValueError(f"not a Redis URL: {shown!r} (expected one of {schemes})")
+    raise ValueError(f"not a Redis URL: {shown!r} (expected {REDIS_URL_FORMS})")
 
 
 @dataclass(frozen=True)

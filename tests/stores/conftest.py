@@ -9,7 +9,6 @@ import pytest
 
 from .backends import Backend, memory_backend, redis_backend, sqlite_backend
 
-
 REDIS_KINDS = {"redis": "redis_url", "redis-cluster": "redis_cluster_url", "valkey": "valkey_url"}
 """Each engine the Redis store runs on, and the session fixture naming its URL."""
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
+from pathlib import Path
 
 import anyio
 import anyio.to_thread
@@ -117,11 +118,12 @@ def replicated(follower: redis.Redis, key: str) -> None:
         time.sleep(0.05)
 
 
-async def test_a_promoted_replica_is_noted_as_a_moment_writes_may_have_been_lost() -> None:
+async def test_a_promoted_replica_is_noted_as_a_moment_writes_may_have_been_lost(tmp_path: Path) -> None:
     """A replica promoted (as Sentinel or a cluster does it) has a new replication id: the store notes the
     moment it first reads from it, and `lost_before` says so for the keys it serves."""
     binary = redis_server_binary()
-    with RedisServer(binary) as primary, RedisServer(binary) as replica:
+    folder = ("--dir", str(tmp_path))  # a replica writes what it receives to dump.rdb there, not in the cwd
+    with RedisServer(binary, extra=folder) as primary, RedisServer(binary, extra=folder) as replica:
         follower = redis.Redis(host="127.0.0.1", port=replica.port, socket_timeout=5)
         follower.replicaof("127.0.0.1", primary.port)
         async with RedisStore(primary.url, namespace="epoch") as store:

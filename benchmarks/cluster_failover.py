@@ -122,7 +122,7 @@ async def one_round(binary: str, folder: Path, args: argparse.Namespace, seed: i
                 await anyio.sleep(args.warm)
                 (mark,) = [entry.key async for entry in store_a.entries(Match(MARKS_GROUP))]
                 mark_key = store_a.item_key(mark)
-                victim, replica = cluster.serving(mark_key)[:2]
+                victim, replica = (await anyio.to_thread.run_sync(cluster.wait_serving, mark_key))[:2]
                 victim.kill()
                 killed_at = time.monotonic()
                 served_after = await anyio.to_thread.run_sync(cluster.wait_served_by, mark_key, replica)

@@ -261,6 +261,16 @@ class RedisCluster:
             return []
         return []
 
+    def wait_serving(self, key: str, count: int = 2, timeout_s: float = 60.0) -> list[RedisServer]:
+        """`serving(key)` once it lists `count` nodes (a primary and its replica: the nodes' gossip may list
+        a replica a moment after it is in sync). RuntimeError past `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while len(serving := self.serving(key)) < count:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{key!r}'s slot is served by {len(serving)} nodes, not {count}")
+            time.sleep(0.05)
+        return serving
+
     def wait_served_by(self, key: str, node: RedisServer, timeout_s: float = 60.0) -> float:
         """Wait until `node` is the primary serving `key`'s slot (a failover done), as the running nodes
         agree; how long it took. RuntimeError past `timeout_s`."""

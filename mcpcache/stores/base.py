@@ -227,6 +227,11 @@ class Store(SDKResponseCacheMixin, ABC):
             removed += 1
         return removed
 
+    async def prepare(self) -> None:
+        """Connect ahead of the first operation, where that takes longer than an operation should (a Redis
+        Cluster client learning the cluster): best effort, never raises. A server calls it before it listens,
+        so its first callers do not pay for it (nor trip a deadline meant for one operation)."""
+
     def now(self) -> float:
         """The store's clock (epoch seconds): what expiry is judged against, and the default creation time."""
         return time.time()

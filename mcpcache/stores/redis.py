@@ -640,6 +640,15 @@ class RedisStore(Store):
                 f"the Redis Cluster's nodes did not answer within {budget:g} s"
             ) from None
 
+    async def prepare(self) -> None:
+        """On a cluster, learn its nodes and slots now (see `Store.prepare`); on one Redis, nothing."""
+        if not isinstance(self._client, AsyncRedisCluster):
+            return
+        try:
+            await self._discovered(0)
+        except Exception as exc:  # best effort: the first operation tries again
+            logger.warning("Redis namespace %r: the cluster could not be reached yet: %s", self.namespace, exc)
+
     async def _each(self, shards: Sequence[int], args: Any) -> list[Any]:
         """`_call(shard, *args(shard))` on each of `shards`, all at once; the replies in the same order."""
         return await _gather(self._call(shard, *args(shard)) for shard in shards)
@@ -667,9 +676,13 @@ async def _gather(steps: Iterable[Awaitable[T]]) -> list[T]:
     async def run(at: int, step: Awaitable[T]) -> None:
         results[at] = await step
 
-    async with anyio.create_task_group() as tasks:
-        for at, step in enumerate(pending):
-            tasks.start_soon(run, at, step)
+    try:
+        async with anyio.create_task_group() as tasks:
+            for at, step in enumerate(pending):
+                tasks.start_soon(run, at, step)
+    except* Exception as group:
+        # The first failure as itself (a Redis error, a timeout), as one script's would be, not as a group.
+        raise group.exceptions[0] from None
     return results
 
 

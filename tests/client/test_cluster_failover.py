@@ -19,6 +19,7 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
+import anyio.to_thread
 import mcp_types as mt
 import pytest
 import redis
@@ -92,7 +93,7 @@ async def test_a_freshness_mark_lost_in_a_failover_is_taken_as_lost(cluster: Red
             assert version_of((await b.call("read", {"key": "k"})).result) == 1
             assert (await b.call("read", {"key": "k"})).outcome.status == "fresh_hit"
 
-            primary, replica = cluster.serving(mark_key)
+            primary, replica = (await anyio.to_thread.run_sync(cluster.wait_serving, mark_key))[:2]
             first_end = await store_a.client.hget(mark_key, "m")
             # The replica hears nothing more: stopped, and its link cut (what was on the wire already stays
             # in its socket). The primary acknowledges the next mark, and dies before anyone has it.

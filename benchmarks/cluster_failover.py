@@ -87,6 +87,7 @@ async def one_round(binary: str, folder: Path, args: argparse.Namespace, seed: i
                 while not stop.is_set():
                     key = pick.choice(KEYS)
                     before = completed.get(key, 0)
+                    after_kill = killed_at is not None  # only a call begun after the kill tells of the failover
                     try:
                         call = await view.call_mcp("read", {"key": key})
                     except Exception:
@@ -95,7 +96,7 @@ async def one_round(binary: str, folder: Path, args: argparse.Namespace, seed: i
                     if call.result.is_error or call.result.structured_content["version"] < before:
                         wrong += 1
                     status = call.outcome.status
-                    if killed_at is not None:
+                    if after_kill and killed_at is not None:
                         if status == "fresh_hit" and fresh_after is None:
                             fresh_after = time.monotonic() - killed_at
                             fresh_again.set()

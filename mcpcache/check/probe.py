@@ -4,7 +4,7 @@ Every request goes out through the SDK client session's `send_request` with a re
 JSON as it arrived, so the judges see exactly what the server sent (the SDK still refuses a result that is
 not a valid `tools/call` result for the negotiated protocol; that refusal is recorded as the reply). No
 answer goes through mcpcache's `ToolCache`. Sizes are counted per message at the client's transport
-(`mcpcache.bench.wire`), the way the benchmarks count them.
+(`mcpcache.wire_count`), the way the benchmarks count them.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import mcp_types as mt
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from mcpcache.bench.wire import CountingTransport, WireLog
 from mcpcache.check.core import Report, Stamping, Subject, judge_all
 from mcpcache.check.harvest import find_arguments
 from mcpcache.check.observations import Exchange, ToolObservations
@@ -30,6 +29,7 @@ from mcpcache.check.selection import ToolCall, declares_cache, invalid_arguments
 from mcpcache.check.server_rules import PROBES, SERVER_SCENARIOS, SKIP, Probe
 from mcpcache.check.wire import RawResult, block_dict, is_error, short
 from mcpcache.protocol import META_KEY
+from mcpcache.wire_count import CountingTransport, WireLog
 
 Era = Literal["auto", "legacy"]
 

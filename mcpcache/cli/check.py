@@ -110,6 +110,13 @@ def check(
             _check_usage("--http and --calls go with --client")
         if bool(url) == bool(command):
             _check_usage("give a server: --url http://host/mcp, or -- followed by the command that starts it")
+        if url:
+            from mcpcache.proxy.settings import SettingsError, upstream_from
+
+            try:  # the proxy's rule and words for a URL, so that both commands refuse the same ones alike
+                upstream_from((), url, (), None)
+            except SettingsError as exc:
+                _check_usage(str(exc))
         from mcpcache.check.probe import CheckOptions, Target, check_server, parse_arguments, parse_arguments_file
         from mcpcache.check.selection import ToolCall
 

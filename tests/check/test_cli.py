@@ -29,6 +29,9 @@ from mcpcache.processes import free_port
         (["--url", "http://127.0.0.1:1/mcp", "--bogus"], "No such option"),
         (["--client", "--url", "http://127.0.0.1:1/mcp"], "--client serves a scripted server"),
         (["--calls", "3", "--url", "http://127.0.0.1:1/mcp"], "--http and --calls go with --client"),
+        (["--url", "not-a-url"], "--url must be an http:// or https:// URL, got 'not-a-url'"),
+        (["--url", "ftp://example.com/mcp"], "--url must be an http:// or https:// URL"),
+        (["--url", "http:///mcp"], "--url must be an http:// or https:// URL"),
     ],
 )
 def test_a_usage_error_is_one_line_and_exit_status_2(args: list[str], says: str) -> None:

@@ -101,6 +101,9 @@ async def test_the_demo_server_conforms_with_arguments_found_in_its_listing(tmp_
         "edit_cell": "neither declares a cache block nor is annotated read-only; name it with --tool"
     }
     assert statuses(report, "read_notebook")["mutation"] == "pass"
+    from mcpcache.check.render import outcome_line
+
+    assert outcome_line(report)[0] == "conforms: 38 pass, 13 n/a, 3 info", "no call asked for: one was given"
     assert statuses(report, "read_notebook")["meta"] == "n/a"
 
 

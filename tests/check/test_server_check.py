@@ -107,6 +107,13 @@ async def test_it_never_says_conforms_while_a_required_rule_went_unexercised() -
     assert "not exercised: meta (needs a mutating call that changes only the `_meta` of an answer" in line
     assert "conforms" not in line
 
+    # A mutating call that changed only `_meta`: the closing line says the one given did not change the
+    # content, rather than asking for a mutating call as if none had been named.
+    bumped = await check(build_quirky(), READ, mutations=(BUMP,))
+    line, _ = outcome_line(bumped)
+    assert [scenario for scenario, _ in bumped.unexercised()] == ["mutation"]
+    assert "(the --mutate calls given did not)" in line
+
     unmutated = await check(build_quirky(), READ)
     line, _ = outcome_line(unmutated)
     assert [scenario for scenario, _ in unmutated.unexercised()] == ["mutation", "meta", "delta"]

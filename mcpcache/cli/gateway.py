@@ -103,6 +103,8 @@ def gateway(
 
     async def serve_when_reached() -> int:
         try:
+            if gateway.store is not None:
+                await gateway.store.prepare()  # a cluster's client learns the cluster before the first caller
             failed = await reach_upstreams(gateway.upstreams)
             if failed:
                 print(f"mcpcache gateway: {'; '.join(_unreachable(up, why) for up, why in failed)}", file=sys.stderr)

@@ -25,6 +25,7 @@ from mcpcache.gateway.toml_lines import TomlLines
 from mcpcache.key_arguments import KeyArguments
 from mcpcache.protocol import MAX_TTL_MS, META_KEY, Scope
 from mcpcache.server.history import DEFAULT_HISTORY_BYTES
+from mcpcache.stores.redis_shards import CLUSTER_SCHEMES, REDIS_URL_FORMS, SINGLE_SCHEMES
 
 __all__ = [
     "AuthSettings",
@@ -181,8 +182,8 @@ class StoreSettings(_Strict):
     @field_validator("redis")
     @classmethod
     def _redis(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"(redis|rediss|unix)://", value):
-            raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        if value is not None and not value.startswith((*SINGLE_SCHEMES, *CLUSTER_SCHEMES)):
+            raise ValueError(f"must be {REDIS_URL_FORMS}")
         return value
 
     @field_validator("namespace")

@@ -245,7 +245,10 @@ def assemble_gateway(
         raise ValueError(why)
     # The gateway answers discovery itself (FastMCP's ProxyMetadataMiddleware would ask the upstream during
     # every caller's handshake, so a slow or down upstream would fail callers' connections).
-    server: FastMCP[Any] = FastMCP(config.gateway.name, instructions=config.gateway.instructions, auth=auth)
+    # Tool schemas are relayed as the upstream wrote them (`$defs`, `$ref`, `$anchor`: JSON Schema 2020-12).
+    server: FastMCP[Any] = FastMCP(
+        config.gateway.name, instructions=config.gateway.instructions, auth=auth, dereference_schemas=False
+    )
     routes: dict[str, Route] = {}
     for upstream in upstreams:
         server.add_provider(ProxyProvider(upstream.client_factory), namespace=upstream.settings.namespace or "")

@@ -274,6 +274,11 @@ class ServeSettings(_Strict):
     http: Literal["auto", "h11", "httptools"] = "auto"
     """uvicorn's HTTP/1.1 parser: "auto" takes httptools (in C, installed with mcpcache[cli]) when it can be
     imported, else h11 (pure Python): a few tenths of a millisecond of CPU per request between them."""
+    allowed_hosts: tuple[str, ...] = ()
+    """Host names callers may reach the gateway by besides its own address and localhost (a name a reverse
+    proxy in front of it passes on, say): any other Host, or an Origin of another site, is refused (421/403)
+    on a loopback bind, which is what stops a web page from reaching it by DNS rebinding. When set, Host
+    is checked on any bind. Ports are not compared; "*.example.com" names the subdomains."""
     access_log: bool = Field(default=False, strict=True)
     """uvicorn's line per request on stderr ("POST /mcp 200"): off unless asked for, since writing it costs
     about 7 % of a replica's CPU per fresh hit, half of what the cache's own work takes (a fresh hit's

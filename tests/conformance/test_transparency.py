@@ -51,9 +51,7 @@ def test_the_everything_server_passes_what_it_was_written_for(verdicts: dict[str
 GATEWAY_LOSSES = frozenset(
     {
         "completion-complete",
-        "dns-rebinding-protection",
         "input-required-result-capability-check",
-        "json-schema-2020-12",
         "resources-subscribe",
         "resources-unsubscribe",
         "server-stateless",

@@ -169,6 +169,7 @@ TOOLS = [
     _tool("test_missing_capability", "Needs the client's sampling capability"),
     _tool("test_trigger_tool_change", "Changes the tool list"),
     _tool("test_trigger_prompt_change", "Changes the prompt list"),
+    _tool("test_touch_watched", "Tells the subscribers of test://watched-resource that it changed"),
 ]
 
 
@@ -196,7 +197,8 @@ class MemoryEventStore(EventStore):
 
 @dataclass
 class State:
-    subscriptions: set[str] = field(default_factory=set)
+    subscriptions: dict[str, dict[int, Any]] = field(default_factory=dict)
+    """URI -> the sessions subscribed to it, by their connection (one per client connection)."""
     bus: InMemorySubscriptionBus = field(default_factory=InMemorySubscriptionBus)
 
 
@@ -377,6 +379,10 @@ async def _asking_tool(
                     data={"requiredCapabilities": {"sampling": {}}},
                 )
             return _text("sampling declared")
+        case "test_touch_watched":  # not the suite's: tells subscribers test://watched-resource changed
+            for subscriber in list(state.subscriptions.get("test://watched-resource", {}).values()):
+                await subscriber.send_resource_updated("test://watched-resource")
+            return _text("touched")
         case "test_trigger_tool_change":
             await state.bus.publish(ToolsListChanged())
             await ctx.session.send_tool_list_changed()
@@ -509,11 +515,11 @@ def build(state: State | None = None) -> Server[Any]:
         return _read(str(params.uri))
 
     async def subscribe(ctx: Context, params: mt.SubscribeRequestParams) -> mt.EmptyResult:
-        state.subscriptions.add(str(params.uri))
+        state.subscriptions.setdefault(str(params.uri), {})[id(ctx.session._connection)] = ctx.session
         return mt.EmptyResult()
 
     async def unsubscribe(ctx: Context, params: mt.UnsubscribeRequestParams) -> mt.EmptyResult:
-        state.subscriptions.discard(str(params.uri))
+        state.subscriptions.get(str(params.uri), {}).pop(id(ctx.session._connection), None)
         return mt.EmptyResult()
 
     async def list_prompts(ctx: Context, params: mt.PaginatedRequestParams | None) -> mt.ListPromptsResult:
@@ -525,7 +531,9 @@ def build(state: State | None = None) -> Server[Any]:
         return _prompt(params)
 
     async def complete(ctx: Context, params: mt.CompleteRequestParams) -> mt.CompleteResult:
-        return mt.CompleteResult(completion=mt.Completion(values=[], total=0, has_more=False))
+        # The suite takes any answer; this one shows where it came from (tests/gateway/test_passthrough.py).
+        values = [f"{params.argument.value}-from-{NAME}"]
+        return mt.CompleteResult(completion=mt.Completion(values=values, total=1, has_more=False))
 
     async def set_level(ctx: Context, params: mt.SetLevelRequestParams) -> mt.EmptyResult:
         return mt.EmptyResult()

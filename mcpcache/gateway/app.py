@@ -40,7 +40,7 @@ from mcpcache.gateway.deltas import GatewayDeltas
 from mcpcache.gateway.history import DEFAULT_HISTORY_BYTES, StoreHistory
 from mcpcache.gateway.memory import ReleaseMemoryAfterLargeAnswers
 from mcpcache.gateway.middleware import GatewayMiddleware, PartitionCaches
-from mcpcache.gateway.passthrough import SubscriberFactory, install_passthrough
+from mcpcache.gateway.passthrough import PassedUpstream, SubscriberFactory, install_passthrough
 from mcpcache.gateway.stderr import StderrRelay
 from mcpcache.server.fastmcp import RevalidationCapability
 from mcpcache.stores import opening
@@ -320,7 +320,10 @@ def assemble_gateway(
         deltas=deltas,
         meter_provider=meter_provider,
     )
-    install_passthrough(server, upstreams)
+    install_passthrough(
+        server,
+        [PassedUpstream(up.name, up.settings.namespace or "", up.client_factory, up.subscriber) for up in upstreams],
+    )
     server.middleware.insert(0, middleware)
     server.middleware.insert(0, ReleaseMemoryAfterLargeAnswers())
     formats = deltas.formats if deltas is not None else ()

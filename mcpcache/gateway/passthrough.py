@@ -33,9 +33,7 @@ from mcpcache.gateway.declared import Declared
 if TYPE_CHECKING:
     from fastmcp import Client, FastMCP
 
-    from mcpcache.gateway.app import Upstream
-
-__all__ = ["Subscriptions", "install_passthrough", "local_name", "local_uri"]
+__all__ = ["PassedUpstream", "SubscriberFactory", "Subscriptions", "install_passthrough", "local_name", "local_uri"]
 
 _URI = re.compile(r"^([^:]+://)(.*)$")
 
@@ -60,16 +58,35 @@ def local_uri(uri: str, namespace: str) -> str | None:
     return scheme + path[len(prefix) :] if path.startswith(prefix) else None
 
 
-def _route(upstreams: Sequence[Upstream], local: Callable[[str, str], str | None], key: str) -> tuple[Upstream, str]:
+SubscriberFactory = Callable[[Declared, Callable[[Any], Any]], "Client[Any]"]
+"""Opens a client of one upstream that declares what the caller declared and hands every message it
+receives to the given handler."""
+
+
+@dataclass(frozen=True)
+class PassedUpstream:
+    """What passing a request through to one upstream takes (from the gateway's `Upstream`)."""
+
+    name: str
+    namespace: str
+    client_factory: Callable[[], Client[Any]]
+    """A client for one request, in the caller's era and with the caller's declaration."""
+    subscriber: SubscriberFactory | None
+    """None: the upstream cannot hold a session per caller (stdio), and takes no subscriptions."""
+
+
+def _route(
+    upstreams: Sequence[PassedUpstream], local: Callable[[str, str], str | None], key: str
+) -> tuple[PassedUpstream, str]:
     """The upstream a name or URI belongs to: the one whose namespace it carries, else the one without."""
-    for upstream in sorted(upstreams, key=lambda up: up.settings.namespace == ""):  # namespaced ones first
-        found = local(key, upstream.settings.namespace or "")
+    for upstream in sorted(upstreams, key=lambda up: up.namespace == ""):  # namespaced ones first
+        found = local(key, upstream.namespace)
         if found is not None:
             return upstream, found
     raise MCPError(code=mt.INVALID_PARAMS, message=f"No upstream serves {key!r}")
 
 
-def completion_handler(upstreams: Sequence[Upstream]) -> Callable[..., Any]:
+def completion_handler(upstreams: Sequence[PassedUpstream]) -> Callable[..., Any]:
     async def complete(
         ref: mt.PromptReference | mt.ResourceTemplateReference,
         argument: mt.CompletionArgument,
@@ -94,11 +111,6 @@ def completion_handler(upstreams: Sequence[Upstream]) -> Callable[..., Any]:
     return complete
 
 
-SubscriberFactory = Callable[[Declared, Callable[[Any], Any]], "Client[Any]"]
-"""Opens a client of one upstream that declares what the caller declared and hands every message it
-receives to the given handler (`Upstream.subscriber`)."""
-
-
 @dataclass
 class _Held:
     """One caller connection's upstream session for subscriptions, and what it subscribed to there."""
@@ -111,7 +123,7 @@ class _Held:
 class Subscriptions:
     """`resources/subscribe` and `resources/unsubscribe` handlers for the gateway's low-level server."""
 
-    def __init__(self, upstreams: Sequence[Upstream]) -> None:
+    def __init__(self, upstreams: Sequence[PassedUpstream]) -> None:
         self._upstreams = upstreams
         self._held: dict[tuple[int, str], _Held] = {}
 
@@ -133,7 +145,7 @@ class Subscriptions:
             del held.uris[uri]
         return mt.EmptyResult()
 
-    async def _session(self, ctx: Any, upstream: Upstream) -> _Held:
+    async def _session(self, ctx: Any, upstream: PassedUpstream) -> _Held:
         connection = _connection(ctx)
         key = (id(connection), upstream.name)
         held = self._held.get(key)
@@ -174,7 +186,7 @@ def _connection(ctx: Any) -> Any:
     return ctx.session._connection
 
 
-def install_passthrough(server: FastMCP[Any], upstreams: Sequence[Upstream]) -> None:
+def install_passthrough(server: FastMCP[Any], upstreams: Sequence[PassedUpstream]) -> None:
     """Completion and subscriptions on the gateway's server, routed to `upstreams`."""
     server.add_completion_handler(completion_handler(upstreams))
     subscriptions = Subscriptions(upstreams)

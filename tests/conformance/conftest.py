@@ -19,6 +19,7 @@ from .suite import runner_problem
 
 REPO = Path(__file__).resolve().parents[2]
 EVERYTHING = REPO / "tests" / "fixture_servers" / "everything.py"
+RELAY = Path(__file__).resolve().parent / "stdio_relay.py"
 
 
 @pytest.fixture(scope="session")
@@ -87,3 +88,17 @@ def gateway_urls(everything_url: str, tmp_path_factory: pytest.TempPathFactory) 
             stop_process(cacheable)
     finally:
         stop_process(plain)
+
+
+@pytest.fixture(scope="session")
+def proxy_url(everything_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """`mcpcache proxy --url EVERYTHING` as a host starts it (over stdio), behind an HTTP relay for the suite:
+    a process per host session of the handshake era, one for all requests of 2026-07-28."""
+    folder = tmp_path_factory.mktemp("proxy")
+    port = free_port()
+    proxy = [sys.executable, "-m", "mcpcache", "proxy", "--url", everything_url, "--store", str(folder / "tools.db")]
+    relay = _started([sys.executable, str(RELAY), str(port), "--", *proxy], port, folder / "relay.log")
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        stop_process(relay)

@@ -291,7 +291,9 @@ def assemble_gateway(
         server.add_provider(ProxyProvider(upstream.client_factory), namespace=upstream.settings.namespace or "")
         for tool, tool_settings in upstream.settings.tools.items():
             public = upstream.settings.public_name(tool)
-            routes[public] = Route(public, upstream.name, tool, upstream.server_id, tool_settings, upstream.era)
+            trust = upstream.settings.trust_upstream_tags
+            route = Route(public, upstream.name, tool, upstream.server_id, tool_settings, upstream.era, trust)
+            routes[public] = route
     caches = None
     deltas = None
     meta_key = config.gateway.meta_key

@@ -123,6 +123,11 @@ class UpstreamSettings(_Strict):
     """Prefix for the upstream's tools, prompts and resources (`NS_tool`), needed when two upstreams share names."""
     forward_headers: bool = False
     """HTTP only: send each caller's HTTP headers (its Authorization included) upstream with the call."""
+    trust_upstream_tags: bool = Field(default=True, strict=True)
+    """false: the gateway validates with its own tags only: it never forwards a tag to this upstream and
+    never takes the upstream's tag or not-modified reply for the answer's; it hashes every answer itself
+    (content, structured content and `_meta`). For an upstream whose tags do not cover everything its
+    answers carry (docs/gateway.md, "Upstreams that already stamp")."""
     tools: dict[str, ToolSettings] = Field(default_factory=dict)
 
     @field_validator("url")

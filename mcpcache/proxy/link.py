@@ -1,17 +1,16 @@
-"""The proxy's one connection to its upstream server, opened before the host is served and kept for the
-proxy's life.
+"""The proxy's connections to its upstream server: one opened before the host is served, and one per
+era and declared capabilities the host's requests need (`UpstreamLink.use`), each kept for the proxy's life.
 
-One connection, not one per request (FastMCP's `create_proxy` default): a revalidation is worth a few
-hundred bytes only if it does not pay for a handshake, and a stdio upstream must not be started again
-for every call. It is opened before the host's first message is read, so a slow upstream start (an
+Long-lived connections, not one per request (FastMCP's `create_proxy` default): a revalidation is worth a
+few hundred bytes only if it does not pay for a handshake, and a stdio upstream must not be started again
+for every call. The first is opened before the host's first message is read, so a slow upstream start (an
 `npx` download) costs the host's first request, not a discovery timeout, and a failing one is reported
 before the host connects.
 
-The connection is FastMCP's `ProxyClient`, which relays what the upstream asks of the host (sampling,
+Each connection is FastMCP's `ProxyClient`, which relays what the upstream asks of the host (sampling,
 elicitation, roots) and what it tells it (logging, progress, list changes). `ToolCache.wrap` hooks its
 session, so the upstream's change notifications end the freshness of its cached answers.
 """
-
 from __future__ import annotations
 
 import logging

@@ -127,6 +127,9 @@ def gateway(
                 },
                 # None leaves FastMCP's own setting (FASTMCP_JSON_RESPONSE) in charge, as before the key existed.
                 json_response=True if serve.json_response else None,
+                # Host and Origin checked on a loopback bind (DNS rebinding), and on any bind for named hosts.
+                host_origin_protection="auto",
+                allowed_hosts=list(serve.allowed_hosts) or None,
             )
             return 0
         finally:

@@ -46,8 +46,8 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from mcpcache.bench.configs import BY_KEY, Config
-from mcpcache.bench.wire import CountingTransport, WireLog
 from mcpcache.processes import accepts
+from mcpcache.wire_count import CountingTransport, WireLog
 
 HTTP_MAX_EVENT_BYTES = 1024 * 1024 * 1024
 """The SDK's HTTP client refuses SSE events over 1 MB by default; a notebook read is many times that."""
@@ -55,7 +55,7 @@ HTTP_MAX_EVENT_BYTES = 1024 * 1024 * 1024
 WARM_UP_NOTEBOOK = "warm-up.ipynb"
 PRELOAD = (
     "mcpcache.bench.worker",
-    "mcpcache.bench.wire",
+    "mcpcache.wire_count",
     "mcpcache.client",
     "mcpcache.stores",
     "mcpcache.cli",
@@ -245,4 +245,4 @@ def run_server(config_key: str, directory: str, port: int, log_path: str) -> Non
     """An HTTP demo server process (what `mcpcache demo-server --dir D <flags> --http PORT` serves)."""
     _to_log(log_path)
     server = BY_KEY[config_key].demo.build(directory)
-    server.run(transport="http", host="127.0.0.1", port=port, show_banner=False)
+    server.run(transport="http", host="127.0.0.1", port=port, show_banner=False, host_origin_protection="auto")

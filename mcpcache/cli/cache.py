@@ -254,7 +254,7 @@ def cache_ls(
     from mcpcache.client.entries import TOOLS_GROUP
     from mcpcache.client.inventory import cached_entries
     from mcpcache.client.policy import readable_duration
-    from mcpcache.stores.base import Match
+    from mcpcache.stores.items import Match
 
     async def listed(cache_store: Any, where: str) -> None:
         total = await cache_store.count(Match(TOOLS_GROUP, server, tool))
@@ -376,7 +376,7 @@ def cache_clear(
 ) -> None:
     """Remove cached answers (all of them, or one server's or one tool's); asks first unless --yes."""
     from mcpcache.client.entries import TOOLS_GROUP
-    from mcpcache.stores.base import Match
+    from mcpcache.stores.items import Match
 
     match = Match(TOOLS_GROUP, server, tool)
 

@@ -23,7 +23,7 @@ from mcpcache.client.policy import EntryMeta, ReturnUnstored, StoreAnswer, decid
 from mcpcache.client.tier import copy_result, hold
 from mcpcache.protocol import parse_cache_block
 from mcpcache.sizes import bytes_saved, result_bytes
-from mcpcache.stores.base import Item, body_checksum
+from mcpcache.stores.items import Item, body_checksum
 
 __all__ = ["Keeping"]
 

@@ -20,8 +20,9 @@ from mcpcache.client.entries import TOOLS_GROUP, mark_item
 from mcpcache.client.keyrules import KeyRules
 from mcpcache.client.keys import CallIdentity, readable_server
 from mcpcache.client.tier import DecodedTier
-from mcpcache.stores.base import Match, Store
+from mcpcache.stores.base import Store
 from mcpcache.stores.fence import FencedStore
+from mcpcache.stores.items import Match
 
 if TYPE_CHECKING:
     from mcpcache.client.inventory import CachedEntry

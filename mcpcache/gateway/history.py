@@ -50,8 +50,9 @@ from mcpcache.etag import meta_without_block
 from mcpcache.protocol import META_KEY, opaque_tag
 from mcpcache.server.deltas import THREAD_FROM_BYTES
 from mcpcache.server.history import DEFAULT_HISTORY_BYTES, VERSIONS_PER_KEY
-from mcpcache.stores.base import DEFAULT_SECONDS_PER_MB, Item, Store, Usage
+from mcpcache.stores.base import Store
 from mcpcache.stores.fence import FencedStore, FenceSettings
+from mcpcache.stores.items import DEFAULT_SECONDS_PER_MB, Item, Usage
 
 __all__ = [
     "DEFAULT_HISTORY_BYTES",

@@ -47,8 +47,9 @@ from mcpcache.refs.view import (
     payload_of,
     shorten,
 )
-from mcpcache.stores.base import Item, Store
+from mcpcache.stores.base import Store
 from mcpcache.stores.fence import DEFAULT_FENCE, FencedStore, FenceSettings
+from mcpcache.stores.items import Item
 from mcpcache.stores.opening import default_store
 from mcpcache.tokens import OFF_LOOP_CHARS, TokenCount, count_tokens_async
 

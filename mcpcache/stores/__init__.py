@@ -2,8 +2,9 @@
 
 from typing import TYPE_CHECKING, Any
 
-from mcpcache.stores.base import Item, Listed, Match, Page, Store, StoreLimits, Usage
+from mcpcache.stores.base import Store
 from mcpcache.stores.fence import FenceSettings
+from mcpcache.stores.items import Item, Listed, Match, Page, StoreLimits, Usage
 from mcpcache.stores.memory import MemoryStore
 from mcpcache.stores.sqlite import SQLiteBusyError, SQLiteStore
 

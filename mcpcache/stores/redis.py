@@ -103,14 +103,15 @@ with needs("redis", "the Redis store"):
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
 
-from mcpcache.stores.base import (
+from mcpcache.stores.base import Store
+from mcpcache.stores.circuit import Circuit
+from mcpcache.stores.items import (
     DEFAULT_PAGE_SIZE,
     DEFAULT_SECONDS_PER_MB,
     Item,
     Listed,
     Match,
     Page,
-    Store,
     StoreLimits,
     Usage,
     body_checksum,
@@ -118,7 +119,6 @@ from mcpcache.stores.base import (
     encode_meta,
     transfer_budget_s,
 )
-from mcpcache.stores.circuit import Circuit
 from mcpcache.stores.redis_records import (
     decode_fields,
     expiry,

@@ -66,12 +66,12 @@ from typing import Any, TypeVar
 import anyio.to_thread
 
 from mcpcache.stores import sqlite_listing as listing
-from mcpcache.stores.base import (
+from mcpcache.stores.base import Store
+from mcpcache.stores.items import (
     DEFAULT_PAGE_SIZE,
     Item,
     Match,
     Page,
-    Store,
     StoreLimits,
     Usage,
     body_checksum,

@@ -26,7 +26,7 @@ from mcpcache.client.keys import CallIdentity
 from mcpcache.client.tier import DecodedTier, _planned, copy_result, hold
 from mcpcache.protocol import META_KEY
 from mcpcache.stores import Item, MemoryStore, Store
-from mcpcache.stores.base import body_checksum
+from mcpcache.stores.items import body_checksum
 
 from .harness import connect
 from .lab import ROWS, Lab, build_lab

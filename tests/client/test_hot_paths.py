@@ -27,7 +27,7 @@ from mcpcache.client.background import Deferred
 from mcpcache.client.keys import CallIdentity
 from mcpcache.client.tier import hold
 from mcpcache.stores import Item, MemoryStore, SQLiteStore, Store
-from mcpcache.stores.base import body_checksum
+from mcpcache.stores.items import body_checksum
 
 from .harness import connect
 from .lab import Lab, build_lab

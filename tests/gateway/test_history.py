@@ -19,7 +19,7 @@ from mcpcache.demo.notebooks import generate_notebook
 from mcpcache.gateway.history import HISTORY_GROUP, CallKey, StoreHistory
 from mcpcache.protocol import META_KEY
 from mcpcache.stores import MemoryStore, RedisStore, SQLiteStore, Store
-from mcpcache.stores.base import StoreLimits
+from mcpcache.stores.items import StoreLimits
 
 from .deltas_support import ARGS, NOTEBOOK, READ, asking, delta_gateway, deltas_of, edit, history_items, patched, tag_of
 

@@ -11,7 +11,7 @@ from mcpcache.delta.equality import agreeing, equality_for, same, same_serialize
 from mcpcache.delta.spec import escape_token
 
 
-def diff(old: Any, new: Any, *, max_bytes: int) -> list[dict[str, Any]] | None:
+def diff(old: Any, new: Any, *, max_bytes: int, path: str = "") -> list[dict[str, Any]] | None:
     """Ops that turn document `old` into document `new`, or None when their compact JSON (what
     `orjson.dumps(ops)` gives) would be longer than `max_bytes`. Stops as soon as it knows.
 
@@ -24,10 +24,13 @@ def diff(old: Any, new: Any, *, max_bytes: int) -> list[dict[str, Any]] | None:
     becomes a few splices. The cost is one pass over what is equal plus a few tens of microseconds per
     place that changed. The ops hold values of `new`, not copies. `old` and `new` are JSON: no NaN or
     infinity (which have no JSON form, and which orjson would write as null).
+
+    `path`: a JSON Pointer the ops' paths start with, for a caller that diffs one part of a document (the
+    ops then apply to the document, not to `old`).
     """
     differ = _Differ(max_bytes)
     try:
-        differ.value(old, new, "")
+        differ.value(old, new, path)
     except _OverBudget:
         return None
     except (orjson.JSONEncodeError, RecursionError):

@@ -136,11 +136,9 @@ class Derived:
                 total += 80 * (len(member) if isinstance(member, tuple) else 1)
         layout = self.layout
         if layout is not None:
-            total += 36 * len(layout.heads)
-            for value in layout.values:
-                total += 36 * (len(value) if isinstance(value, tuple) else 1)
-        for member in (self.raw or {}).values():
-            total += 80 * (len(member) if isinstance(member, tuple) else 1)
+            total += 72 * len(layout.heads)  # a head and a value, each an int and its place
+            total += sum(sys.getsizeof(value) for value in layout.values if not isinstance(value, int))
+        total += sum(sys.getsizeof(member) + 100 for member in (self.raw or {}).values())  # and its place
         return total
 
 

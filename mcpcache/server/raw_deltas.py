@@ -31,8 +31,9 @@ notebooks and edits.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 import xxhash
@@ -69,13 +70,20 @@ class Layout:
 
     keys: tuple[str, ...]
     heads: tuple[int, ...]
-    values: tuple[int | tuple[int, ...], ...]
+    values: tuple[int | Lengths, ...]
 
 
-def _value_length(value: int | tuple[int, ...]) -> int:
+if TYPE_CHECKING:
+    Lengths = array[int]
+else:
+    Lengths = array
+"""An array member's element lengths (`array("q")`: eight bytes each, where a tuple of ints takes 36)."""
+
+
+def _value_length(value: int | Lengths) -> int:
     if type(value) is int:
         return value
-    assert isinstance(value, tuple)
+    assert isinstance(value, array)
     return 2 + sum(value) + max(len(value) - 1, 0)
 
 
@@ -84,14 +92,14 @@ def layout_of(structured: dict[str, Any], text: str, conversion: Conversion) -> 
     parts; None when the parts do not rebuild it (the framework writes its JSON some other way)."""
     keys: list[str] = []
     heads: list[int] = []
-    values: list[int | tuple[int, ...]] = []
+    values: list[int | Lengths] = []
     pieces: list[str] = []
     for key, value in structured.items():
         head = conversion.text(key) + ":"
         if type(value) is list:
             texts = [conversion.text(item) for item in value]
             pieces.append(head + "[" + ",".join(texts) + "]")
-            values.append(tuple(len(item) for item in texts))
+            values.append(array("q", [len(item) for item in texts]))
         else:
             written = conversion.text(value)
             pieces.append(head + written)
@@ -116,9 +124,19 @@ class RawDelta:
     from; `mcpcache.server.decisions.text_answer_bytes`)."""
 
 
-RawLeaves = dict[str, bytes | tuple[bytes, ...]]
+class Digests(bytes):
+    """An array member's element hashes, 16 bytes each, end to end (one object, not one per element)."""
+
+    def at(self, index: int) -> bytes:
+        return self[16 * index : 16 * index + 16]
+
+    def elements(self) -> int:
+        return len(self) // 16
+
+
+RawLeaves = dict[str, bytes]
 """The return value's parts as hashes (xxh3-128 of their JSON): each member's, and for an array member
-each element's. Equal hashes, equal JSON, so an equal part of the structured content."""
+each element's (`Digests`). Equal hashes, equal JSON, so an equal part of the structured content."""
 
 
 def raw_tag_leaves(domain: bytes, value: Any, *, walked: bool = False) -> tuple[str, int, RawLeaves | None]:
@@ -147,7 +165,7 @@ def raw_tag_leaves(domain: bytes, value: Any, *, walked: bool = False) -> tuple[
                 parts = [orjson.dumps(element) for element in item]
                 update(b"[" + b",".join(parts) + b"]")  # the elements' JSON, as one list's
                 written += 2 + sum(len(part) for part in parts) + max(len(parts) - 1, 0)
-                leaves[key] = tuple(hashed(part) for part in parts)
+                leaves[key] = Digests(b"".join(hashed(part) for part in parts))
             else:
                 member = xxhash.xxh3_128()
 
@@ -245,7 +263,7 @@ class _RawDelta:
             if old != new:
                 sparse[key], new_values[index] = self.member(key, old, new, new_raw[key], value_at, length, splices)
             else:
-                sparse[key] = [None] * len(length) if isinstance(length, tuple) else None
+                sparse[key] = [None] * len(length) if isinstance(length, array) else None
             at = value_at + _value_length(length) + 1
         # A changed member absent from the structured content (a key the conversion drops) must stay so.
         for key, old in old_leaves.items():
@@ -284,22 +302,22 @@ class _RawDelta:
     def member(
         self,
         key: str,
-        old: bytes | tuple[bytes, ...],
-        hashes: bytes | tuple[bytes, ...],
+        old: bytes,
+        hashes: bytes,
         new: Any,
         value_at: int,
-        length: int | tuple[int, ...],
+        length: int | Lengths,
         splices: list[_Splice],
-    ) -> tuple[Any, int | tuple[int, ...]]:
+    ) -> tuple[Any, int | Lengths]:
         """The member's new structured value (for an array, a list holding only the changed run's new
         elements, in place), its new length(s), its splice of the text and the ops on its structured value.
         `old`, `hashes`: the base's and the new value's hashes of the member (`RawLeaves`); `new`: its value."""
         conversion, text = self.conversion, self.text
         path = f"/structuredContent/{escape_token(key)}"
-        if isinstance(length, tuple):
-            if not isinstance(old, tuple) or not isinstance(hashes, tuple) or type(new) is not list:
+        if isinstance(length, array):
+            if not isinstance(old, Digests) or not isinstance(hashes, Digests) or type(new) is not list:
                 raise _Unsure
-            if len(old) != len(length) or len(hashes) != len(new):
+            if old.elements() != len(length) or hashes.elements() != len(new):
                 raise _Unsure
             start, old_end, new_end = _changed_run(old, hashes)
             if start == old_end == new_end:
@@ -329,7 +347,7 @@ class _RawDelta:
                 self.emit({"op": "add", "path": f"{path}/{start + offset}", "value": run[offset]})
             for _ in range(common, len(held)):
                 self.emit({"op": "remove", "path": f"{path}/{start + common}"})
-            lengths = length[:start] + tuple(len(item) for item in texts) + length[old_end:]
+            lengths = length[:start] + array("q", [len(item) for item in texts]) + length[old_end:]
             sparse: list[Any] = [None] * len(lengths)
             sparse[start : start + len(run)] = run
             return sparse, lengths
@@ -351,7 +369,7 @@ class _RawDelta:
         text: str,
         sparse: dict[str, Any],
         layout: Layout,
-        new_values: tuple[int | tuple[int, ...], ...],
+        new_values: tuple[int | Lengths, ...],
         splices: list[_Splice],
     ) -> RawDelta | None:
         pieces: list[str] = []
@@ -433,13 +451,14 @@ def _text_sizes(text: str) -> tuple[int, int]:
     return utf8, utf8 + text.count('"') + text.count("\\")
 
 
-def _changed_run(old: tuple[bytes, ...], new: tuple[bytes, ...]) -> tuple[int, int, int]:
+def _changed_run(old: Digests, new: Digests) -> tuple[int, int, int]:
     """(start, end in old, end in new) of the run of elements whose hashes differ, past the common ends."""
-    shortest = min(len(old), len(new))
+    old_count, new_count = old.elements(), new.elements()
+    shortest = min(old_count, new_count)
     start = 0
-    while start < shortest and old[start] == new[start]:
+    while start < shortest and old.at(start) == new.at(start):
         start += 1
     tail = 0
-    while tail < shortest - start and old[-1 - tail] == new[-1 - tail]:
+    while tail < shortest - start and old.at(old_count - 1 - tail) == new.at(new_count - 1 - tail):
         tail += 1
-    return start, len(old) - tail, len(new) - tail
+    return start, old_count - tail, new_count - tail

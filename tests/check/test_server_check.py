@@ -109,7 +109,7 @@ async def test_mcpcaches_own_servers_conform(kind: Any) -> None:
 async def test_a_server_that_sends_deltas_passes_the_delta_scenarios() -> None:
     report = await check(build_quirky(Quirks(deltas=True)), READ, mutations=(EDIT,))
     assert statuses(report) == {**dict.fromkeys(EVERY_SCENARIO, "pass"), "meta": "n/a", "wire": "info"}
-    assert "rebuilds the full answer; the digest matches" in verdicts(report)["delta"].detail
+    assert "rebuilds the full answer; the tree digest matches" in verdicts(report)["delta"].detail
 
 
 @pytest.mark.parametrize("kind", ["fastmcp", "sdk"])
@@ -187,7 +187,7 @@ async def test_the_gateway_with_a_store_sends_deltas_that_pass(tmp_path: Any) ->
     assert (read["delta"], read["delta-asked"], read["delta-base"]) == ("pass", "pass", "pass"), verdicts(
         report, "read_notebook"
     )
-    assert "rebuilds the full answer; the digest matches" in verdicts(report, "read_notebook")["delta"].detail
+    assert "rebuilds the full answer; the tree digest matches" in verdicts(report, "read_notebook")["delta"].detail
 
 
 # -- servers that break one rule each --------------------------------------------------------------

@@ -87,7 +87,8 @@ def _cell(draw: st.DrawFn) -> dict[str, Any]:
 def _edits(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
     before = {
         "cells": draw(st.lists(_cell(), min_size=0, max_size=10)),
-        "metadata": {"kernel": draw(st.sampled_from(["python3", "ir"]))},
+        # Padded so that most edits' deltas are under half the answer, and sent.
+        "metadata": {"kernel": draw(st.sampled_from(["python3", "ir"])), "notes": "n" * 4000},
         "undeclared": 0,
     }
     after = copy.deepcopy(before)
@@ -174,3 +175,45 @@ async def test_a_one_cell_edit_is_computed_from_the_change(tool: str, monkeypatc
     after["cells"][3]["source"] = "x = 2"
     assert await _check(before, after, tool, TREE_FORMAT)
     assert made == [True]
+
+
+def _nb(*sources: str) -> dict[str, Any]:
+    # Long sources and metadata: the delta of each edge stays under half the answer, so it is sent.
+    return {
+        "cells": [{"id": s, "cell_type": "code", "source": s * 300, "outputs": [], "weight": 1} for s in sources],
+        "metadata": {"kernel": "python3", "notes": "n" * 4000},
+        "undeclared": 0,
+    }
+
+
+# Each edge of the splices of an array's text: appended at the end, removed at either end or whole,
+# inserted into an empty array or at the start; and members other than the array.
+EDGES = {
+    "append at the end": (_nb("a", "b"), _nb("a", "b", "c")),
+    "remove the last": (_nb("a", "b", "c"), _nb("a", "b")),
+    "remove the first": (_nb("a", "b", "c"), _nb("b", "c")),
+    "remove all": (_nb("a", "b"), _nb()),
+    "insert into an empty array": (_nb(), _nb("a")),
+    "replace the middle": (_nb("a", "b", "c"), _nb("a", "x", "c")),
+    "metadata": (_nb("a"), {**_nb("a"), "metadata": {"kernel": "ir", "notes": "n" * 4000}}),
+    "an undeclared member": (_nb("a"), {**_nb("a"), "undeclared": 1}),
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("tool", ["typed", "plain"])
+@pytest.mark.parametrize("edge", EDGES.values(), ids=EDGES.keys())
+async def test_each_edge_of_a_splice_is_the_full_read(
+    edge: tuple[dict[str, Any], dict[str, Any]], tool: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made: list[bool] = []
+    original = revalidator.raw_delta
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        made.append(result is not None)
+        return result
+
+    monkeypatch.setattr(revalidator, "raw_delta", watched)
+    assert await _check(*edge, tool, TREE_FORMAT)
+    assert made == [True]  # computed from the change, not by the usual path

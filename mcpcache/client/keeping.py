@@ -67,11 +67,6 @@ class Keeping(Managing):
         hashes, kept beside it once it is stored (`mcpcache.client.leaves`)."""
         await self._after_server_answer(conn, identity.tool, reply)
         encoded = None
-        if patched_by is not None and isinstance(decision, StoreAnswer):
-            at_least = stored_size_at_least(reply)
-            if decide_size(at_least, self.max_answer_bytes, at_least=True) is None:
-                return await self._keep_patched(identity, private_key, found, decision, reply, status, lookup_reason,
-                                                patched_by=patched_by, leaves=leaves)  # fmt: skip
         if isinstance(decision, StoreAnswer):
             # What is certainly too large is known without encoding it; anything else, once encoded.
             too_large = decide_size(stored_size_at_least(reply), self.max_answer_bytes, at_least=True)
@@ -110,6 +105,29 @@ class Keeping(Managing):
         item = entry_item(meta, body, self._expires_at(meta), server=readable_server(identity.server))
         await self._deferred.settled(own)
         saved = 0 if patched_by is None else bytes_saved(meta.size, patched_by)
+        if patched_by is not None:
+            # A patched answer is written after it is returned: the store write is most of what is left of
+            # a read after an edit (about 50 ms for a 5 MB notebook on SQLite), and it only feeds later
+            # lookups, which wait for it in this process (`_look`) as for a revalidation's record. The held
+            # copy is taken now, before the caller can change `reply`; the body is already encoded.
+            copy = reply if self.read_only_views else copy_result(reply)
+
+            async def write() -> None:
+                if await self._save_and_hold(own, item, meta, identity, lambda: copy):
+                    if leaves is not None:
+                        self._leaves.put(own, meta.etag, body_checksum(item.body), leaves)
+                else:
+                    # The outcome counted it as stored when it was returned; the store kept a newer answer or failed.
+                    self.stats.stored -= 1
+                    self.stats.not_stored += 1
+                    logger.info(
+                        "tool %r: the patched answer was not stored: the store holds a newer one, or failed",
+                        identity.tool,
+                    )
+
+            await self._deferred.start(own, write, "storing a patched answer")
+            why = f"{decision.reason}, written to the store after the answer is returned"
+            return reply, CallOutcome(status, True, f"{lookup_reason}; {why}", saved)
         # Kept decoded as a copy of its own: `reply` is the caller's to change (unless it promised not to).
         if not await self._save_and_hold(
             own, item, meta, identity, lambda: reply if self.read_only_views else copy_result(reply)
@@ -117,74 +135,6 @@ class Keeping(Managing):
             why = "not stored: the store holds a newer answer, or could not take this one"
             return reply, CallOutcome(status, False, f"{lookup_reason}; {why}", saved)
         return reply, CallOutcome(status, True, f"{lookup_reason}; {decision.reason}", saved)
-
-    async def _keep_patched(
-        self,
-        identity: CallIdentity,
-        private_key: str,
-        found: Found | None,
-        decision: StoreAnswer,
-        reply: CallToolResult,
-        status: Status,
-        lookup_reason: str,
-        *,
-        patched_by: int,
-        leaves: Leaves | None,
-    ) -> tuple[CallToolResult, CallOutcome]:
-        """Return a patched answer, and keep it after it is returned: encoding it (about 7 ms for a 5 MB
-        notebook) and the store write (about 50 ms on SQLite) are most of what is left of a read after an
-        edit, and they only feed later lookups, which wait for them in this process (`_look`) as for a
-        revalidation's record. The held copy is taken now, before the caller can change `reply`. What it
-        saved is measured against the answer it was patched from (the new one is encoded after it is
-        returned); one that proves too large once encoded is not stored, and the entry it supersedes goes.
-        """
-        scope = decision.meta.scope
-        arm = store_arm(scope, self.share_public)
-        own = private_key if arm == "private" else identity.key("public", share_public=True)
-        if arm == "public":
-            await self._remove(private_key)  # the partition's own copy would shadow the shared one
-        elif found is not None and found.key != own:
-            await self._remove(found.key)
-        self._tier.discard(own)
-        await self._deferred.settled(own)
-        copy = reply if self.read_only_views else copy_result(reply)
-        superseded = found.key if found is not None else None
-
-        async def write() -> None:
-            encoded = encode_entry(copy)
-            too_large = decide_size(len(encoded.body), self.max_answer_bytes)
-            if too_large is not None:
-                if superseded is not None:
-                    await self._remove(superseded)
-                stored = False
-            else:
-                body = encoded.body
-                meta = replace(
-                    decision.meta,
-                    size=encoded.size,
-                    stored=len(body) if len(body) != encoded.size else 0,
-                    arguments=identity.readable_arguments(),
-                    marks=(identity.mark_key(), identity.call_mark_key()),
-                    era=identity.era,
-                )
-                item = entry_item(meta, body, self._expires_at(meta), server=readable_server(identity.server))
-                stored = await self._save_and_hold(own, item, meta, identity, lambda: copy)
-                if stored and leaves is not None:
-                    self._leaves.put(own, meta.etag, body_checksum(body), leaves)
-            if not stored:
-                # The outcome counted it as stored when it was returned; too large, or the store kept a newer
-                # answer or failed.
-                self.stats.stored -= 1
-                self.stats.not_stored += 1
-                logger.info(
-                    "tool %r: the patched answer was not stored: too large, the store holds a newer one, or failed",
-                    identity.tool,
-                )
-
-        await self._deferred.start(own, write, "storing a patched answer")
-        saved = bytes_saved(found.entry.size, patched_by) if found is not None else 0
-        why = f"{decision.reason}, written to the store after the answer is returned"
-        return reply, CallOutcome(status, True, f"{lookup_reason}; {why}", saved)
 
     async def _save_and_hold(
         self, own: str, item: Item, meta: EntryMeta, identity: CallIdentity, copy: Callable[[], CallToolResult]

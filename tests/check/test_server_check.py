@@ -146,7 +146,7 @@ async def test_a_server_that_sends_deltas_passes_the_delta_scenarios() -> None:
     report = await check(build_quirky(Quirks(deltas=True)), READ, mutations=(EDIT,))
     expected = {**dict.fromkeys(EVERY_SCENARIO, "pass"), **NOT_DECLARED, "meta": "n/a", "wire": "info"}
     assert statuses(report) == expected
-    assert "rebuilds the full answer; the tree digest matches" in verdicts(report)["delta"].detail
+    assert "rebuilds the full answer; the digest matches" in verdicts(report)["delta"].detail
 
 
 @pytest.mark.parametrize("kind", ["fastmcp", "sdk"])

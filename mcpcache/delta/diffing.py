@@ -126,6 +126,11 @@ class _Differ:
         return True
 
     def object(self, old: dict[str, Any], new: dict[str, Any], path: str) -> None:
+        if not _order_kept(old, new):
+            # Ops keep the members they leave and append the ones they add, so `new`'s own order (which a
+            # serializer writes, and the answer served must have, byte for byte) comes only whole.
+            self.emit({"op": "replace", "path": path, "value": new})
+            return
         since = self.mark()
         whole = 0
         for key in old:
@@ -253,6 +258,15 @@ class _Differ:
             i, j = to_i - back, to_j - back
         if i < old_end or j < new_end:
             self.splice(path, j, old_end - i, new[j:new_end])
+
+
+def _order_kept(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether ops on `old` (removes, replaces in place, adds at the end) can leave `new`'s member order:
+    its members that `old` has, in `old`'s order, then the others."""
+    if old.keys() == new.keys():
+        return list(old) == list(new)
+    kept = [key for key in old if key in new]
+    return list(new) == kept + [key for key in new if key not in old]
 
 
 def _similarity(a: Any, b: Any) -> float:

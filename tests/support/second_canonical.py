@@ -145,7 +145,7 @@ def tree_digest(result: dict[str, Any]) -> str:
     def j(value: Any) -> bytes:
         return canonical(value, "digest")
 
-    document = answer_document(result, (CACHE_KEY, SERVER_INFO_KEY))
+    document = answer_document(result)
     content = h("mcpcache-tree/1 content", *(h("mcpcache-tree/1 block", j(block)) for block in document["content"]))
     structured = document["structuredContent"]
     if type(structured) is dict:

@@ -270,4 +270,4 @@ def run_server(config_key: str, directory: str, port: int, log_path: str) -> Non
     """An HTTP demo server process (what `mcpcache demo-server --dir D <flags> --http PORT` serves)."""
     _to_log(log_path)
     server = BY_KEY[config_key].demo.build(directory)
-    server.run(transport="http", host="127.0.0.1", port=port, show_banner=False)
+    server.run(transport="http", host="127.0.0.1", port=port, show_banner=False, host_origin_protection="auto")

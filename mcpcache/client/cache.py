@@ -555,6 +555,7 @@ class ToolCache(StaleServing, Keeping):
             self._ended_here(mark_key, call_mark),
             server_mark.meta.get("endedAt") if server_mark is not None else None,
             call_mark_item.meta.get("endedAt") if call_mark_item is not None else None,
+            self._lost_at([key, mark_key, call_mark]),
         )
         now = self.clock()
         decision = decide_lookup("use", entry, now, ended)
@@ -602,9 +603,17 @@ class ToolCache(StaleServing, Keeping):
             self._ended_here(mark_key, call_mark),
             server_mark.meta.get("endedAt") if server_mark is not None else None,
             call_mark_item.meta.get("endedAt") if call_mark_item is not None else None,
+            self._lost_at(keys),
         )
         entry = found.entry if found is not None else None
         return _Looked(found, ended, decide_lookup(mode, entry, self.clock(), ended))
+
+    def _lost_at(self, keys: list[str]) -> float | None:
+        """When the store may have lost writes to these keys (a Redis failover or restart), on this cache's
+        clock: a freshness mark may have been among them, so it counts as a freshness end (an entry whose
+        freshness was granted before it is revalidated, never served fresh)."""
+        lost = self.store.lost_before(keys)
+        return None if lost is None else self.clock() - max(0.0, self.store.now() - lost)
 
     async def _answer_of(self, found: Found) -> CallToolResult | _Unserved:
         """A private copy of the stored answer `found` names (with `read_only_views`, the held answer itself):

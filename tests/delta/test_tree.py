@@ -53,7 +53,7 @@ def test_the_vectors_hold() -> None:
             assert root_of(updated(leaves_of(document), ops, vector["editedDocument"])) == vector["editedDigest"]
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(documents())
 def test_the_form_is_the_one_the_text_describes(document: dict[str, Any]) -> None:
     ours = _ours(document)

@@ -147,7 +147,7 @@ async def _check(before: dict[str, Any], after: dict[str, Any], tool: str, form:
 
 
 @pytest.mark.slow
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(_edits(), st.sampled_from(["typed", "plain"]), st.sampled_from([TREE_FORMAT, FORMAT]))
 def test_a_delta_from_the_return_value_s_change_is_the_full_read_byte_for_byte(
     pair: tuple[dict[str, Any], dict[str, Any]], tool: str, form: str

@@ -37,6 +37,7 @@ from mcpcache.client.flights import Flights
 from mcpcache.client.keeping import Keeping
 from mcpcache.client.keyrules import KeyRules, overrides
 from mcpcache.client.keys import Arm, CallIdentity, plain_arguments, readable_server
+from mcpcache.client.leaves import LeafMemo
 from mcpcache.client.managing import remember
 from mcpcache.client.outcomes import CacheStats, CallOutcome, Status
 from mcpcache.client.patching import Patched, Unpatched, patch_answer
@@ -241,6 +242,7 @@ class ToolCache(StaleServing, Keeping):
         self.stats = CacheStats()
         self._telemetry = ClientTelemetry(tracer_provider, meter_provider)
         self._tier = DecodedTier(max_answer_bytes if decoded_tier_bytes is None else decoded_tier_bytes)
+        self._leaves = LeafMemo()
         self.read_only_views = read_only_views
         self._deferred = Deferred.of(self.store)
         """Store writes started beside the calls that asked for them (see `mcpcache.client.background`)."""
@@ -780,7 +782,8 @@ class ToolCache(StaleServing, Keeping):
             if base is _Unserved.UNREADABLE:
                 await self._remove(found.key)
             return f"the delta's base is not held: {base.value}"
-        made = patch_answer(base, decision.delta, reply.meta, self.meta_key)
+        held = self._leaves.get(found.key, found.item.tag, found.item.checksum)
+        made = patch_answer(base, decision.delta, reply.meta, self.meta_key, base_leaves=held)
         match made:
             case Unpatched():
                 return made.reason
@@ -797,7 +800,16 @@ class ToolCache(StaleServing, Keeping):
         reason = f"{lookup_reason}; {decision.reason}; {made.reason}"
         reply_bytes = result_bytes(reply)
         return await self._keep(
-            conn, identity, key, found, decision.then, result, "patched", reason, patched_by=reply_bytes
+            conn,
+            identity,
+            key,
+            found,
+            decision.then,
+            result,
+            "patched",
+            reason,
+            patched_by=reply_bytes,
+            leaves=made.leaves,
         )
 
     async def _serve_stored(

@@ -14,6 +14,7 @@ import mcp_types as mt
 from pydantic import ValidationError
 
 from mcpcache import delta
+from mcpcache.canonical import CanonicalizationError
 from mcpcache.check.core import DELTA, KEY_DECLARATION, STALE_BLOCK, Judged, Scenario
 from mcpcache.check.observations import ToolObservations
 from mcpcache.check.server_rules import (
@@ -35,7 +36,7 @@ from mcpcache.check.wire import (
     sent_tag,
     short,
 )
-from mcpcache.etag import CanonicalizationError, answer_digest
+from mcpcache.etag import answer_digest
 from mcpcache.key_arguments import MalformedKeyArguments, key_arguments_of
 from mcpcache.protocol import (
     STALE_IF_ERROR_KEY,

@@ -43,8 +43,12 @@ def gateway(
     redis: Annotated[
         str | None, typer.Option("--redis", metavar="URL", help="Share one Redis store with other replicas.")
     ] = None,
-    host: Annotated[str | None, typer.Option("--host", help="Listen address (default 127.0.0.1).")] = None,
-    port: Annotated[int | None, typer.Option("--port", help="Listen port (default 8765; 0: any free port).")] = None,
+    host: Annotated[
+        str | None, typer.Option("--host", metavar="HOST", help="Listen address (default 127.0.0.1).")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option("--port", metavar="PORT", help="Listen port (default 8765; 0: any free port).")
+    ] = None,
 ) -> None:
     """Serve upstream MCP servers over streamable HTTP, stamping tags and answering not-modified for the
     tools the configuration declares (docs/gateway.md)."""

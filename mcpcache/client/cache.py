@@ -25,18 +25,13 @@ import anyio
 from cachetools import LRUCache
 from mcp_types import CallToolResult, TextContent
 
+from mcpcache.canonical import CanonicalizationError
 from mcpcache.client.background import Deferred
 from mcpcache.client.contracts import Connection
 from mcpcache.client.entries import (
     Found,
     decode_result,
     merged,
-)
-from mcpcache.client.fence import (
-    DEFAULT_STORE_COOLDOWN_S,
-    DEFAULT_STORE_DEADLINE_S,
-    DEFAULT_STORE_SECONDS_PER_MB,
-    FencedStore,
 )
 from mcpcache.client.flights import Flights
 from mcpcache.client.keeping import Keeping
@@ -74,10 +69,16 @@ from mcpcache.client.stale import DEFAULT_BACKGROUND_REVALIDATIONS, Background, 
 from mcpcache.client.telemetry import ClientTelemetry
 from mcpcache.client.tier import DecodedTier, hold
 from mcpcache.client.views import view_of
-from mcpcache.etag import CanonicalizationError
 from mcpcache.protocol import META_KEY, conditional_request_meta
 from mcpcache.sizes import bytes_saved, result_bytes
 from mcpcache.stores.base import Store
+from mcpcache.stores.fence import (
+    DEFAULT_STORE_COOLDOWN_S,
+    DEFAULT_STORE_DEADLINE_S,
+    DEFAULT_STORE_SECONDS_PER_MB,
+    FencedStore,
+    FenceSettings,
+)
 from mcpcache.stores.opening import TOOLS_FILE, default_store
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ if TYPE_CHECKING:
     from mcpcache.client.fastmcp import CachedFastMCPClient
     from mcpcache.client.wrappers import CachedMCPClient, CachedSession
 
-__all__ = ["CacheStats", "CallOutcome", "Connection", "ToolCache"]
+__all__ = ["CacheStats", "CallOutcome", "ToolCache"]
 
 logger = logging.getLogger("mcpcache.client")
 
@@ -266,10 +267,11 @@ class ToolCache(StaleServing, Keeping):
         call made before names it without building and hashing it again (`fresh_hit`)."""
         self._store = FencedStore(
             self.store,
-            self._count_store_failure,
-            deadline_s=store_deadline_s,
-            cooldown_s=store_cooldown_s,
-            seconds_per_mb=store_deadline_per_mb_s,
+            who="tool cache store",
+            meanwhile="calls go on without the cache",
+            logger=logger,
+            on_failure=self._count_store_failure,
+            settings=FenceSettings(store_deadline_s, store_cooldown_s, store_deadline_per_mb_s),
             most_bytes=max_answer_bytes,
         )
 
@@ -584,7 +586,10 @@ class ToolCache(StaleServing, Keeping):
             # unknown: it may have come at any moment up to now. Only a request sent from now on may be
             # shared (see `decide_join`), and nothing stored is served.
             now = self.clock()
-            return _Looked(None, now, decide_lookup(mode, None, now, now))
+            decision = decide_lookup(mode, None, now, now)
+            if isinstance(decision, Fetch) and self._store.trouble:
+                decision = replace(decision, reason=f"miss: the store {self._store.trouble}")
+            return _Looked(None, now, decision)
         found: Found | None = None
         for (arm, key), item in zip(arms, items, strict=False):
             if item is None:

@@ -25,7 +25,7 @@ from mcpcache.client.tier import copy_result, hold
 from mcpcache.delta.tree import Leaves
 from mcpcache.protocol import parse_cache_block
 from mcpcache.sizes import bytes_saved, result_bytes
-from mcpcache.stores.base import Item, body_checksum
+from mcpcache.stores.items import Item, body_checksum
 
 __all__ = ["Keeping"]
 
@@ -132,7 +132,11 @@ class Keeping(Managing):
         if not await self._save_and_hold(
             own, item, meta, identity, lambda: reply if self.read_only_views else copy_result(reply)
         ):
-            why = "not stored: the store holds a newer answer, or could not take this one"
+            trouble = self._store.trouble
+            if not trouble:
+                why = "not stored: the store holds a newer answer, or refused this one"
+            else:  # the lookup may have said why already
+                why = "not stored" if trouble in lookup_reason else f"not stored: the store {trouble}"
             return reply, CallOutcome(status, False, f"{lookup_reason}; {why}", saved)
         return reply, CallOutcome(status, True, f"{lookup_reason}; {decision.reason}", saved)
 

@@ -28,9 +28,10 @@ from typing import Any
 from mcp_types import CallToolResult
 
 from mcpcache import delta
+from mcpcache.canonical import CanonicalizationError
 from mcpcache.delta.spec import DeltaError
 from mcpcache.delta.tree import TREE_DIGEST_PREFIX, TREE_FORMAT, Leaves, leaves_of, root_of, updated
-from mcpcache.etag import CanonicalizationError, answer_digest
+from mcpcache.etag import answer_digest
 from mcpcache.protocol import DELTA_KEY, SERVER_INFO_KEY, DeltaBlock
 
 __all__ = ["PatchResult", "Patched", "Unpatched", "patch_answer"]

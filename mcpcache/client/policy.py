@@ -41,6 +41,7 @@ __all__ = [
     "CACHE_MODES",
     "DEFAULT_MAX_ANSWER_BYTES",
     "DELTA_FORMATS",
+    "NO_CACHE_BLOCK",
     "ApplyDelta",
     "CacheMode",
     "EntryMeta",
@@ -295,6 +296,9 @@ Reply = ReturnUnstored | StoreAnswer | ServeStored | RepeatWithoutTag | ApplyDel
 DELTA_FORMATS: tuple[str, ...] = FORMATS
 """The delta formats the client cache applies, in its order of preference (docs/protocol.md section 11)."""
 
+NO_CACHE_BLOCK = "the answer has no cache block"
+"""Why an answer is not stored when its server stamps nothing (the proxy says once what would stamp it)."""
+
 
 def delta_formats(deltas: bool) -> tuple[str, ...]:
     """What a conditional request lists under `acceptDelta` (`ToolCache(deltas=...)`): nothing when off."""
@@ -392,7 +396,7 @@ def decide_reply(
     if is_error:
         return ReturnUnstored(drop_entry=False, reason="error results are never stored")
     if block is None or not block.cacheable:
-        return ReturnUnstored(drop_entry=entry is not None, reason="not stored: the answer has no cache block")
+        return ReturnUnstored(drop_entry=entry is not None, reason=f"not stored: {NO_CACHE_BLOCK}")
     if not store:
         return ReturnUnstored(drop_entry=False, reason="not stored: bypass")
     if block.cache_scope == "private" and not keep_private:

@@ -28,7 +28,7 @@ from mcpcache.refs.changes import Change, describe
 from mcpcache.refs.shown import Seen, ShownMemory, source_key
 from mcpcache.refs.uri import CacheUri
 from mcpcache.refs.view import URI_FIELD, ModelView, Payload, decode_json, encode_json, json_bytes, payload_of
-from mcpcache.stores.base import Item
+from mcpcache.stores.items import Item
 from mcpcache.tokens import OFF_LOOP_CHARS, TokenCount
 
 UNCHANGED_FIELD = "_unchanged"

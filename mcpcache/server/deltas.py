@@ -16,8 +16,8 @@ from typing import Any, Final
 import orjson
 
 from mcpcache import delta
+from mcpcache.canonical import CanonicalizationError
 from mcpcache.delta.tree import TREE_FORMAT, tree_digest
-from mcpcache.etag import CanonicalizationError
 from mcpcache.protocol import META_KEY, CacheBlock
 from mcpcache.server.decisions import DeltaChoice, TryDelta, decide_delta, stub_refusal
 from mcpcache.server.policies import CachePolicy

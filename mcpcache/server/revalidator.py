@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Generic, Protocol, TypeVar, assert_never
 
@@ -25,9 +25,9 @@ import anyio.to_thread
 import orjson
 
 from mcpcache import delta
-from mcpcache.canonical import canonical_json
+from mcpcache.canonical import CanonicalizationError, canonical_json
 from mcpcache.delta.tree import leaves_of, root_of, updated
-from mcpcache.etag import CanonicalizationError, answer_digest, content_tag, validator_tag
+from mcpcache.etag import answer_digest, content_tag, validator_tag
 from mcpcache.protocol import (
     META_KEY,
     NO_CONDITIONS,
@@ -67,7 +67,6 @@ from mcpcache.server.decisions import (
 )
 from mcpcache.server.deltas import THREAD_FROM_BYTES, delta_choice
 from mcpcache.server.history import (
-    ANONYMOUS,
     DEFAULT_HISTORY_BYTES,
     AnswerHistory,
     HistoryKey,
@@ -256,47 +255,6 @@ class ToolCall(Protocol[R_co]):
         (`StubCheck.unknown` when the adapter cannot see it). Asked only of a call that carries a tag."""
 
 
-_CALLBACKS_HINT = "pass Revalidator.call a stub_check callback"
-
-
-@dataclass(frozen=True)
-class _Callbacks(Generic[R]):
-    """A `ToolCall` made of callbacks (`Revalidator.call`)."""
-
-    tool: str
-    arguments: Mapping[str, Any] | None
-    request_meta: object
-    policy: CachePolicy | None
-    memo_inside: bool
-    memo_outside: bool
-    body: Callable[[], Awaitable[R]]
-    reader: Callable[[R], Answer | NotAnAnswer | None]
-    structured_output: Callable[[], Awaitable[bool | None]] | None
-    body_tagged: Callable[[BelowTagging], Awaitable[R]] | None
-    partition: Partition = ANONYMOUS
-    stub: Callable[[], Awaitable[StubCheck]] | None = None
-
-    @property
-    def tags_below(self) -> bool:
-        return self.body_tagged is not None
-
-    async def run_body(self) -> R:
-        return await self.body()
-
-    async def run_body_tagged(self, tagging: BelowTagging) -> R:
-        assert self.body_tagged is not None
-        return await self.body_tagged(tagging)
-
-    def read_answer(self, result: R) -> Answer | NotAnAnswer | None:
-        return self.reader(result)
-
-    async def has_structured_output(self) -> bool | None:
-        return await self.structured_output() if self.structured_output is not None else None
-
-    async def stub_check(self) -> StubCheck:
-        return await self.stub() if self.stub is not None else StubCheck.unknown(_CALLBACKS_HINT)
-
-
 @dataclass(frozen=True)
 class _Facts:
     """What the driver knows about an answer beyond the answer itself, for recording it in the history."""
@@ -428,31 +386,6 @@ class Revalidator:
         self.telemetry.record(tool, kind, saved)
         logger.debug("tool %r: %s: %s", tool, kind, outcome.reason)
         return outcome
-
-    async def call(
-        self,
-        *,
-        tool: str,
-        arguments: Mapping[str, Any] | None,
-        request_meta: object,
-        run_body: Callable[[], Awaitable[R]],
-        read_answer: Callable[[R], Answer | NotAnAnswer | None],
-        has_structured_output: Callable[[], Awaitable[bool | None]] | None = None,
-        memo_inside: bool = False,
-        memo_outside: bool = False,
-        run_body_tagged: Callable[[BelowTagging], Awaitable[R]] | None = None,
-        policy: CachePolicy | None = None,
-        partition: Partition = ANONYMOUS,
-        stub_check: Callable[[], Awaitable[StubCheck]] | None = None,
-    ) -> Outcome[R]:
-        """`run` for a call given as callbacks (the form of earlier versions); see `ToolCall` for each.
-        Without `stub_check` the tool's output schema is not known, and stubs go unchecked."""
-        return await self.run(
-            _Callbacks(
-                tool, arguments, request_meta, policy, memo_inside, memo_outside,
-                run_body, read_answer, has_structured_output, run_body_tagged, partition, stub_check,
-            )
-        )  # fmt: skip
 
     async def run(self, call: ToolCall[R]) -> Outcome[R]:
         """Answer one call of a tool: skip its body on a validator match, else run it, tag the answer and

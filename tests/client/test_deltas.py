@@ -22,7 +22,7 @@ from mcpcache.client.policy import EntryMeta
 from mcpcache.delta import FORMATS
 from mcpcache.protocol import ACCEPT_DELTA_KEY, META_KEY
 from mcpcache.stores import MemoryStore, Store
-from mcpcache.stores.base import Match
+from mcpcache.stores.items import Match
 
 from .harness import VIEW_KINDS, Conn, FakeClock, ViewKind, block, connect, plain
 from .lab import SERVER_KINDS, Lab, ServerKind, build_lab

@@ -1,4 +1,4 @@
-"""The client's pure decisions (mcpcache.policy), with the time passed in."""
+"""The client's pure decisions (mcpcache.client.policy), with the time passed in."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcpcache.policy import (
+from mcpcache.client.policy import (
     DELTA_FORMATS,
     ApplyDelta,
     EntryMeta,

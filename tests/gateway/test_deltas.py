@@ -25,7 +25,7 @@ from mcpcache.gateway.config import AuthSettings, StaticToken
 from mcpcache.gateway.history import HISTORY_GROUP
 from mcpcache.protocol import EXTENSION_ID, META_KEY, conditional_request_meta
 from mcpcache.stores import MemoryStore, RedisStore, SQLiteStore, Store
-from mcpcache.stores.base import Item, StoreLimits
+from mcpcache.stores.items import Item, StoreLimits
 
 from .conftest import served_in_thread
 from .deltas_support import (

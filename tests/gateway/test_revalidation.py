@@ -34,7 +34,8 @@ from mcpcache.gateway.config import parse_config
 from mcpcache.processes import free_port
 from mcpcache.protocol import META_KEY
 from mcpcache.stores import MemoryStore, RedisStore, SQLiteStore
-from mcpcache.stores.base import Match, Store
+from mcpcache.stores.base import Store
+from mcpcache.stores.items import Match
 
 from .conftest import NOTEBOOK, served_in_thread
 

@@ -365,7 +365,7 @@ def test_key_order_is_part_of_the_raw_form() -> None:
 
 @pytest.mark.parametrize("value", [(1, 2), {1: "a"}, float("nan"), 2**64, Point(x=1), b"x", {"a": Pair(a=1)}])
 def test_values_without_an_exact_json_form_are_refused(value: Any) -> None:
-    from mcpcache.etag import CanonicalizationError
+    from mcpcache.canonical import CanonicalizationError
 
     with pytest.raises(CanonicalizationError):
         raw_tag(DOMAIN, value)

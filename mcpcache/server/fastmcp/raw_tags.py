@@ -28,13 +28,8 @@ from fastmcp.utilities.versions import VersionSpec
 from pydantic import TypeAdapter
 from typing_extensions import is_typeddict
 
-from mcpcache.etag import (
-    CanonicalizationError,
-    canonical_json,
-    content_tag_sized,
-    raw_domain,
-    raw_json_tag,
-)
+from mcpcache.canonical import CanonicalizationError, canonical_json
+from mcpcache.etag import content_tag_sized, raw_domain, raw_json_tag
 from mcpcache.server.decisions import Answer, BelowTagging, RawPending
 from mcpcache.server.fastmcp.answers import READDRESSED, readdressed_above_middleware
 from mcpcache.server.fastmcp.declarations import ToolDeclarations

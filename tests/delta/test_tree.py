@@ -115,11 +115,11 @@ def test_any_op_list_updates_to_the_digest_from_scratch(document: dict[str, Any]
         return
     if not isinstance(patched.get("content"), list):
         return
-    try:
-        whole = leaves_of(patched)
+    try:  # a document with a number no double holds has no digest, before or after the ops
+        before, whole = leaves_of(document), leaves_of(patched)
     except CanonicalizationError:
         return
-    assert updated(leaves_of(document), ops, patched) == whole
+    assert updated(before, ops, patched) == whole
 
 
 def test_strict_updates_read_only_what_the_ops_touched() -> None:

@@ -13,7 +13,7 @@ Four questions, each answered by measuring (never by asserting):
    `python -m mcpcache demo-server` in a subprocess, over stdio and over streamable HTTP on 127.0.0.1,
    with the tool body still running (the server hashes its answer) and with `--validator` (the body is
    skipped). End-to-end median and p95, and the bytes each read puts on the wire, counted at the
-   client's transport (mcpcache.bench.wire). A revalidated answer is checked against the tool's output
+   client's transport (mcpcache.wire_count). A revalidated answer is checked against the tool's output
    schema only the first time this process serves it (ToolCache's memo), so two revalidated reads are
    timed: the steady state, and a first serve (the memo cleared first), which pays that check. Target:
    a revalidated read at least 3x faster end to end.
@@ -76,7 +76,6 @@ from typing_extensions import TypedDict
 
 import mcpcache
 from mcpcache.bench.common import machine, percentile
-from mcpcache.bench.wire import CountingTransport, WireLog, WireRecord
 from mcpcache.client import ToolCache
 from mcpcache.client.entries import decode_result, encode_result
 from mcpcache.client.keys import CallIdentity
@@ -89,6 +88,7 @@ from mcpcache.server.policies import CachePolicy, ToolPolicies
 from mcpcache.stores import MemoryStore, SQLiteStore, Store
 from mcpcache.stores.base import Item, StoreLimits, body_checksum
 from mcpcache.stores.redis import RedisStore
+from mcpcache.wire_count import CountingTransport, WireLog, WireRecord
 
 MB = 1_000_000
 MiB = 1024 * 1024

@@ -4,7 +4,7 @@ The upstream is `python -m mcpcache demo-server --no-revalidation` over streamab
 server that never heard of mcpcache) serving a generated notebook; in front of it, `mcpcache gateway
 --tool read_notebook=0:public --redis URL` (ttl 0: every read reaches upstream; a Redis store, so the
 gateway keeps its delta history there). One stock `fastmcp.Client` over HTTP, its messages counted at
-its transport (mcpcache.bench.wire: JSON-RPC message bytes, HTTP framing not counted).
+its transport (mcpcache.wire_count: JSON-RPC message bytes, HTTP framing not counted).
 
 Each round edits one cell (through the gateway, which passes `edit_cell` through) and reads the notebook
 twice, in an order that alternates from round to round:
@@ -41,7 +41,7 @@ from fastmcp.client.transports import StreamableHttpTransport
 from mcpcache.bench.common import machine
 from mcpcache.bench.hops import demo_servers, gateway, spread
 from mcpcache.bench.runner import parse_size
-from mcpcache.bench.wire import CountingFastMCPTransport, WireLog
+from mcpcache.bench.wire import CountingFastMCPTransport
 from mcpcache.delta import FORMAT, apply, document_of, result_of
 from mcpcache.demo.notebooks import generate_notebook_of_size
 from mcpcache.etag import answer_digest
@@ -49,6 +49,7 @@ from mcpcache.gateway.history import HISTORY_GROUP
 from mcpcache.processes import RedisServer
 from mcpcache.protocol import META_KEY, DeltaBlock, conditional_request_meta, parse_cache_block
 from mcpcache.stores import RedisStore
+from mcpcache.wire_count import WireLog
 
 NOTEBOOK = "bench.ipynb"
 ARGS = {"path": NOTEBOOK}

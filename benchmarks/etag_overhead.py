@@ -8,7 +8,7 @@ Two questions, answered on realistic answers (the demo server's read_notebook on
    (b) the SDK's own serialisation of the same result (`CallToolResult.model_dump_json(by_alias=True,
    exclude_none=True)`), which every reply pays anyway.
 2. Wire: the bytes of a full reply and of a not-modified reply for a 5 MB notebook, counted at the
-   client's transport (mcpcache.bench.wire) over stdio against `python -m mcpcache demo-server`.
+   client's transport (mcpcache.wire_count) over stdio against `python -m mcpcache demo-server`.
 3. Server CPU per call (in process, FastMCP, a tool returning the parsed 5 MB notebook as a dict, and
    the demo server's own read_notebook, which returns a TypedDict): a conditional call whose tag
    matches, on the raw-value path (`install()`) and on the content path (`install(raw_tags=False)`); a
@@ -52,13 +52,13 @@ from mcp.client.stdio import stdio_client
 
 from mcpcache import etag
 from mcpcache.bench.common import machine
-from mcpcache.bench.wire import CountingTransport, WireLog
 from mcpcache.demo.notebooks import generate_notebook_of_size
 from mcpcache.demo.peers import datalayer_tag
 from mcpcache.demo.server import NotebookFolder, build_demo_server
 from mcpcache.protocol import META_KEY, conditional_request_meta
 from mcpcache.server.fastmcp import install
 from mcpcache.server.policies import CachePolicy
+from mcpcache.wire_count import CountingTransport, WireLog
 
 MB = 1_000_000
 SIZES = (("10 KB", 10_000), ("1 MB", MB), ("5 MB", 5 * MB), ("10 MB", 10 * MB), ("20 MB", 20 * MB))

@@ -15,7 +15,7 @@ uses); this script adds the stock client through the gateway and the shared Redi
 
 Every configuration keeps one connected client; each round reads once in every configuration, in a
 shuffled order, after one warm-up read each. Bytes are counted at the client's transport
-(mcpcache.bench.wire: JSON-RPC message bytes, HTTP framing not counted); time is the client's wall time
+(mcpcache.wire_count: JSON-RPC message bytes, HTTP framing not counted); time is the client's wall time
 per read. Ratios ("vs direct") are taken per round against the stock client direct, then summarised (median, and the
 25th-75th percentile spread). The redis-server and the three HTTP servers are started here on free
 loopback ports and stopped by PID.
@@ -71,12 +71,13 @@ from fastmcp.client.transports import StreamableHttpTransport
 from mcpcache.bench.common import machine, percentile
 from mcpcache.bench.hops import TAGS_ONLY, demo_servers, gateway, spread
 from mcpcache.bench.runner import parse_size
-from mcpcache.bench.wire import CountingFastMCPTransport, WireLog
+from mcpcache.bench.wire import CountingFastMCPTransport
 from mcpcache.client import ToolCache
 from mcpcache.demo.notebooks import generate_notebook_of_size
 from mcpcache.gateway.app import KEEP_ALIVE_S
 from mcpcache.processes import RedisServer, free_port, stop_process, wait_until_listening
 from mcpcache.stores import MemoryStore
+from mcpcache.wire_count import WireLog
 
 NOTEBOOK = "bench.ipynb"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

@@ -49,8 +49,8 @@ from mcp.client.stdio import stdio_client
 from mcpcache.bench.common import percentile
 from mcpcache.bench.hops import demo_servers, host
 from mcpcache.bench.relay import Traffic, counting_relay
-from mcpcache.bench.wire import CountingTransport, WireLog
 from mcpcache.demo.notebooks import generate_notebook_of_size
+from mcpcache.wire_count import CountingTransport, WireLog
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOK = "big.ipynb"

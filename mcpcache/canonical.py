@@ -13,6 +13,10 @@ bytes behind a delta's digest.
   `1` from `1.0` after parsing; RFC 8785 writes every number as the IEEE 754 double it denotes, so
   they agree. An integer beyond 2^53 has no exact double, so it has no digest form here (the server
   then sends no delta), rather than two answers sharing a digest.
+
+Both forms are defined on JSON values, not text: an object has one member per name (a parser that meets
+a name twice keeps the last, as Python's `json`, orjson and ECMAScript's `JSON.parse` do), and a value
+nested deeper than `MAX_DEPTH` levels has neither form.
 """
 
 from __future__ import annotations
@@ -24,10 +28,18 @@ from typing import Any
 
 import orjson
 
-__all__ = ["CanonicalizationError", "canonical_json", "jcs", "shortest_digits"]
+__all__ = ["MAX_DEPTH", "CanonicalizationError", "canonical_json", "jcs", "shortest_digits"]
 
 MAX_EXACT_INT = 2**53 - 1
 """The largest integer every JSON implementation reads exactly (RFC 7493, I-JSON)."""
+
+MAX_DEPTH = 100
+"""The deepest a value may be nested and keep a canonical form, in either form: an array or object is one
+level deeper than the value holding it, the outermost counting as 1 (a scalar is 0). For an answer it is
+counted in the whole answer document (`{"content": [...], "meta": ..., "structuredContent": ...}`, itself
+level 1), so a tag and a digest of one answer exist together or not at all. The JSON-RPC message carrying
+such an answer is one level deeper again, within the default limits of common parsers (128 in Rust's
+serde_json, 200 in pydantic-core, which the MCP Python SDK reads messages with)."""
 
 
 class CanonicalizationError(ValueError):
@@ -38,43 +50,61 @@ class CanonicalizationError(ValueError):
 # -- the tag form ------------------------------------------------------------------------------------
 
 
-def _reject_non_finite(value: Any) -> None:
-    # orjson writes NaN and infinities as null, which would give a NaN answer the tag of a null one. The
-    # walk checks exact types first because answers are mostly strings, which need no look inside.
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        kind = type(item)
-        if kind is str or kind is int or kind is bool or item is None:
-            continue
-        if kind is dict:
-            stack.extend(item.values())
-        elif kind is list:
-            stack.extend(item)
-        elif isinstance(item, float):
-            if not math.isfinite(item):
-                raise CanonicalizationError(f"non-finite number {item!r} has no JSON form")
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
+def _reject_non_finite(value: Any, room: int | None = None) -> None:
+    """Raise CanonicalizationError for a NaN or an infinity anywhere in `value`, or (given `room`) for
+    nesting deeper than `room` levels.
+
+    orjson writes NaN and infinities as null, which would give a NaN answer the tag of a null one. The
+    walk goes one level at a time, so that counting levels costs no more than visiting the values, and
+    checks exact types first because answers are mostly strings, which need no look inside."""
+    level = [value]
+    depth = 0
+    while level:
+        below: list[Any] = []
+        nested = False
+        for item in level:
+            kind = type(item)
+            if kind is str or kind is int or kind is bool or item is None:
+                continue
+            if kind is dict:
+                below.extend(item.values())
+                nested = True
+            elif kind is list:
+                below.extend(item)
+                nested = True
+            elif isinstance(item, float):
+                if not math.isfinite(item):
+                    raise CanonicalizationError(f"non-finite number {item!r} has no JSON form")
+            elif isinstance(item, dict):
+                below.extend(item.values())
+                nested = True
+            elif isinstance(item, list | tuple):
+                below.extend(item)
+                nested = True
+        if nested:
+            depth += 1
+            if room is not None and depth > room:
+                raise CanonicalizationError(f"nested more than {MAX_DEPTH} levels deep")
+        level = below
 
 
-def _dump(value: Any) -> bytes:
+def _dump(value: Any, room: int = MAX_DEPTH) -> bytes:
+    """The tag form of `value`, which may be nested at most `room` levels deep (less than `MAX_DEPTH` for
+    a piece of an answer document, which sits inside the document's own levels)."""
     # orjson refuses what the form leaves undefined: a non-str key, an integer outside -2^63 .. 2^64-1,
-    # a lone surrogate. A Python value that is not JSON (a tuple, a datetime) gets orjson's own JSON for
-    # it, which is stable; the form itself is defined on JSON values only.
+    # a lone surrogate, nesting beyond its own limit (254). A Python value that is not JSON (a tuple, a
+    # datetime) gets orjson's own JSON for it, which is stable; the form itself is defined on JSON values.
     try:
         out = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     except (TypeError, orjson.JSONEncodeError) as exc:
         raise CanonicalizationError(str(exc)) from exc
-    _reject_non_finite(value)
+    _reject_non_finite(value, room)
     return out
 
 
 def canonical_json(value: Any) -> bytes:
     """The tag form: UTF-8 JSON, keys sorted by code point, no whitespace, arrays in order, numbers in
-    their shortest round-trip form. Raises CanonicalizationError."""
+    their shortest round-trip form. Raises CanonicalizationError (also for nesting beyond `MAX_DEPTH`)."""
     return _dump(value)
 
 
@@ -122,8 +152,11 @@ def _utf16_key(key: str) -> bytes:
     return key.encode("utf-16-be", "surrogatepass")
 
 
-def _write_jcs(value: Any, out: Callable[[str], object]) -> None:
+def _write_jcs(value: Any, out: Callable[[str], object], room: int = MAX_DEPTH) -> None:
+    """Write `value`'s RFC 8785 form; `room`: how many more levels of nesting it may hold."""
     kind = type(value)
+    if (kind is list or kind is dict) and room < 1:
+        raise CanonicalizationError(f"nested more than {MAX_DEPTH} levels deep")
     if kind is str:
         out(encode_basestring(value))
     elif value is None:
@@ -141,7 +174,7 @@ def _write_jcs(value: Any, out: Callable[[str], object]) -> None:
         for index, item in enumerate(value):
             if index:
                 out(",")
-            _write_jcs(item, out)
+            _write_jcs(item, out, room - 1)
         out("]")
     elif kind is dict:
         for key in value:
@@ -153,7 +186,7 @@ def _write_jcs(value: Any, out: Callable[[str], object]) -> None:
                 out(",")
             out(encode_basestring(key))
             out(":")
-            _write_jcs(value[key], out)
+            _write_jcs(value[key], out, room - 1)
         out("}")
     else:
         raise CanonicalizationError(f"{kind.__name__} is not a JSON type")
@@ -162,33 +195,44 @@ def _write_jcs(value: Any, out: Callable[[str], object]) -> None:
 def _orjson_writes_jcs(value: Any) -> bool:
     """Whether orjson's sorted output is already RFC 8785 for `value`: the two escape strings and write
     integers alike, and differ only on floats, integers beyond 2^53 and the order of keys holding a
-    character beyond U+FFFF (code point order there, UTF-16 order in RFC 8785). A float anywhere, or
-    anything but an exact JSON type, sends the value to the writer below."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        kind = type(item)
-        if kind is str or kind is bool or item is None:
-            continue
-        if kind is int:
-            if not -MAX_EXACT_INT <= item <= MAX_EXACT_INT:
-                return False
-        elif kind is list:
-            stack.extend(item)
-        elif kind is dict:
-            for key in item:
-                if type(key) is not str or (not key.isascii() and max(key) > "\uffff"):
+    character beyond U+FFFF (code point order there, UTF-16 order in RFC 8785). A float anywhere,
+    anything but an exact JSON type, or nesting beyond `MAX_DEPTH` (which the writer refuses) sends the
+    value to the writer below. One level at a time, as `_reject_non_finite` walks."""
+    level = [value]
+    depth = 0
+    while level:
+        below: list[Any] = []
+        nested = False
+        for item in level:
+            kind = type(item)
+            if kind is str or kind is bool or item is None:
+                continue
+            if kind is int:
+                if not -MAX_EXACT_INT <= item <= MAX_EXACT_INT:
                     return False
-            stack.extend(item.values())
-        else:
-            return False
+            elif kind is list:
+                below.extend(item)
+                nested = True
+            elif kind is dict:
+                for key in item:
+                    if type(key) is not str or (not key.isascii() and max(key) > "\uffff"):
+                        return False
+                below.extend(item.values())
+                nested = True
+            else:
+                return False
+        if nested:
+            depth += 1
+            if depth > MAX_DEPTH:
+                return False
+        level = below
     return True
 
 
 def jcs(value: Any) -> bytes:
     """RFC 8785 canonical bytes of a JSON value (dict with str keys, list, str, int, float, bool, None;
-    exact types only). Raises CanonicalizationError, also for an integer beyond 2^53 and a lone
-    surrogate (RFC 8785 requires I-JSON)."""
+    exact types only). Raises CanonicalizationError, also for an integer beyond 2^53, a lone surrogate
+    (RFC 8785 requires I-JSON) and nesting beyond `MAX_DEPTH`."""
     if _orjson_writes_jcs(value):
         # Twenty-odd times faster than the writer below on a multi-megabyte answer of strings.
         try:

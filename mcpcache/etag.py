@@ -1,7 +1,9 @@
 """Weak entity tags and the answer digest (docs/protocol.md section 2; docs/extension.md, "Canonical forms").
 
 A tag must come out the same for the same answer in any process, on any transport and in any protocol
-era, so it is computed from one pinned serialisation, the tag form of `mcpcache.canonical`. xxh3-128
+era, so it is computed from one pinned serialisation, the tag form of `mcpcache.canonical`, of one
+document: the answer's content, structured content and `_meta` without the cache block and without the
+SDK's `serverInfo` (`answer_meta`). The digest is computed from the same document. xxh3-128
 because the tag only has to tell versions of one answer apart for the client that holds it; it is not a
 security boundary (keys in shared stores use SHA-256, see keys.py). The digest is the other way round:
 a client recomputes it to verify a delta, so it is SHA-256 (in every standard library) over RFC 8785
@@ -19,8 +21,8 @@ import orjson
 import xxhash
 from pydantic import BaseModel
 
+from mcpcache.canonical import MAX_DEPTH, _dump, jcs
 from mcpcache.canonical import CanonicalizationError as CanonicalizationError
-from mcpcache.canonical import _dump, jcs
 from mcpcache.canonical import _reject_non_finite as _reject_non_finite
 from mcpcache.canonical import canonical_json as canonical_json
 from mcpcache.protocol import MAX_ETAG_LENGTH as MAX_ETAG_LENGTH  # re-exported: where tags were read before
@@ -49,10 +51,21 @@ def tag_of_bytes(data: bytes) -> str:
 
 
 def meta_without_block(meta: Mapping[str, Any] | None, meta_key: str = META_KEY) -> dict[str, Any] | None:
-    """A result's `_meta` as the tag covers it: the cache block left out, and nothing left read as None."""
+    """A result's `_meta` as an answer is stored and patched: the cache block left out (it is sent fresh
+    with every reply), and nothing left read as None."""
     if not meta:
         return None
     rest = {key: value for key, value in meta.items() if key != meta_key}
+    return rest or None
+
+
+def answer_meta(meta: Mapping[str, Any] | None, meta_key: str = META_KEY) -> dict[str, Any] | None:
+    """A result's `_meta` as the tag and the digest cover it: without the cache block and without the SDK's
+    `io.modelcontextprotocol/serverInfo`, which describes the server rather than the answer (the SDK adds
+    it on 2026-07-28, after the tool answered, and not on 2025-11-25); None when nothing is left."""
+    if not meta:
+        return None
+    rest = {key: value for key, value in meta.items() if key != meta_key and key != SERVER_INFO_KEY}
     return rest or None
 
 
@@ -65,11 +78,13 @@ def content_tag(
 ) -> str:
     """The tag of an answer: it covers every field a not-modified reply leaves out.
 
-    The canonical document is `{"content": [...], "meta": <_meta without the cache block, or null>,
-    "structuredContent": ...}`. `meta` is the result's `_meta` with or without the block under
-    `meta_key`: the block is left out either way, so stamping never changes the tag. The three keys
-    already sort in that order, so the document is fed to the hash piece by piece, which gives the same
-    bytes as one sorted dump without building a second multi-megabyte buffer.
+    The canonical document is `{"content": [...], "meta": <_meta without the cache block and serverInfo,
+    or null>, "structuredContent": ...}`. `meta` is the result's `_meta` with or without the block under
+    `meta_key` and the SDK's serverInfo: both are left out either way, so stamping never changes the tag,
+    nor does the era or the SDK that carried the answer. The three keys already sort in that order, so the
+    document is fed to the hash piece by piece, which gives the same bytes as one sorted dump without
+    building a second multi-megabyte buffer. Raises CanonicalizationError for an answer with no tag form
+    (the document nested deeper than `MAX_DEPTH` levels included).
     """
     return content_tag_sized(content, structured_content, meta, meta_key=meta_key)[0]
 
@@ -91,25 +106,19 @@ def content_tag_sized(
         digest.update(data)
         size += len(data)
 
+    # Each piece sits inside the document's own levels: a block inside the document and its content
+    # array, the other two inside the document. Its room is what is left of MAX_DEPTH.
     feed(b'{"content":[')
     for index, block in enumerate(wire_content(content)):
         if index:
             feed(b",")
-        feed(_dump(block))
+        feed(_dump(block, MAX_DEPTH - 2))
     feed(b'],"meta":')
-    feed(_dump(meta_without_block(meta, meta_key)))
+    feed(_dump(answer_meta(meta, meta_key), MAX_DEPTH - 1))
     feed(b',"structuredContent":')
-    feed(_dump(structured_content))
+    feed(_dump(structured_content, MAX_DEPTH - 1))
     feed(b"}")
     return format_tag(digest.hexdigest()), size
-
-
-def digest_meta(meta: Mapping[str, Any] | None, meta_key: str = META_KEY) -> dict[str, Any] | None:
-    """A result's `_meta` as the digest covers it: without the cache block and the SDK's serverInfo."""
-    if not meta:
-        return None
-    rest = {key: value for key, value in meta.items() if key != meta_key and key != SERVER_INFO_KEY}
-    return rest or None
 
 
 def answer_digest(
@@ -119,14 +128,14 @@ def answer_digest(
     *,
     meta_key: str = META_KEY,
 ) -> str:
-    """`sha256:` + 64 lowercase hex digits of the RFC 8785 bytes of `{"content": [...], "meta": <_meta
-    without the cache block and serverInfo, or null>, "structuredContent": <or null>}`: what a delta's
-    digest names, and what a client recomputes from the answer it built (docs/extension.md, "The
-    digest"). Raises CanonicalizationError for an answer with no RFC 8785 form (an integer beyond 2^53,
-    a non-finite number, a lone surrogate, a non-JSON type)."""
+    """`sha256:` + 64 lowercase hex digits of the RFC 8785 bytes of the answer document of `content_tag`
+    (`_meta` as `answer_meta` leaves it): what a delta's digest names, and what a client recomputes from
+    the answer it built (docs/seps/deltas.md, "The digest"). Raises CanonicalizationError for an answer
+    with no RFC 8785 form (an integer beyond 2^53, a non-finite number, a lone surrogate, a non-JSON type,
+    nesting beyond `MAX_DEPTH`)."""
     document = {
         "content": wire_content(content),
-        "meta": digest_meta(meta, meta_key),
+        "meta": answer_meta(meta, meta_key),
         "structuredContent": structured_content,
     }
     return DIGEST_PREFIX + hashlib.sha256(jcs(document)).hexdigest()

@@ -68,9 +68,10 @@ def test_both_implementations_reproduce_the_canonical_bytes(implementation: Any,
 def test_both_implementations_reproduce_the_tags_and_digests(entry: dict[str, Any]) -> None:
     result = json.loads(entry["result"])
     content, structured, meta = result.get("content", []), result.get("structuredContent"), result.get("_meta")
-    if entry["tag"] is not None:
-        assert content_tag(content, structured, meta) == entry["tag"]
-        assert second.tag(result) == entry["tag"]
+    # One reading of the recipe: every answer has its tag, whatever `_meta` carries.
+    assert entry["tag"] is not None
+    assert content_tag(content, structured, meta) == entry["tag"]
+    assert second.tag(result) == entry["tag"]
     if entry["digest"] is None:
         with pytest.raises(CanonicalizationError):
             answer_digest(content, structured, meta)
@@ -82,11 +83,14 @@ def test_both_implementations_reproduce_the_tags_and_digests(entry: dict[str, An
 
 
 def test_the_vectors_cover_what_the_text_singles_out() -> None:
-    """Floats, big integers, non-ASCII, nesting, a rejected input of each form, and a key order on which
-    the two forms disagree: the cases a second implementation most often gets wrong."""
+    """Floats, big integers, non-ASCII, nesting to the limit and past it, duplicate names, a rejected input
+    of each form, and a key order on which the two forms disagree: the cases a second implementation most
+    often gets wrong."""
     names = " ".join(entry["name"] for entry in FILE["values"] + FILE["answers"])
-    for word in ("floats", "2^53", "2^64", "non-ASCII", "nested", "surrogate", "BMP", "serverInfo"):
+    for word in ("floats", "2^53", "2^64", "non-ASCII", "nested", "surrogate", "BMP", "serverInfo", "duplicate"):
         assert word in names
+    for words in ("100 levels deep", "101 levels deep"):
+        assert words in names
     assert any(e["tagForm"] != e["digestForm"] for e in FILE["values"] if e["tagForm"] and e["digestForm"])
 
 
@@ -168,3 +172,78 @@ def test_the_digest_form_does_not_tell_an_integer_from_the_same_float(number: in
 def test_values_without_a_digest_form_raise_canonicalization_error(value: Any) -> None:
     with pytest.raises(CanonicalizationError):
         jcs(value)
+
+
+# -- one reading of the recipe ------------------------------------------------------------------------
+
+
+def test_server_info_is_outside_the_tag_as_it_is_outside_the_digest() -> None:
+    """The same answer as a server made it and as it arrived on 2026-07-28 (the SDK's serverInfo added, a
+    gateway's or another version's) has one tag and one digest: the document both are computed from leaves
+    the stamp out."""
+    by_name = {entry["name"]: entry for entry in FILE["answers"]}
+    made = by_name["read_cell with a _meta key of its own (docs/protocol.md section 2)"]
+    received = by_name["as received on 2026-07-28: serverInfo is outside the tag and the digest"]
+    assert received["tag"] == made["tag"]
+    assert received["digest"] == made["digest"]
+    content = [{"type": "text", "text": "x = 1"}]
+    mine = {"io.jupyter-mcp/cell_id": "c1"}
+    for info in ({"name": "a", "version": "1"}, {"name": "gateway", "version": "2"}):
+        meta = {**mine, "io.modelcontextprotocol/serverInfo": info}
+        assert content_tag(content, {"kind": "cell"}, meta) == content_tag(content, {"kind": "cell"}, mine)
+        assert answer_digest(content, {"kind": "cell"}, meta) == answer_digest(content, {"kind": "cell"}, mine)
+
+
+def test_duplicate_names_in_json_text_keep_the_last_as_every_parser_here_does() -> None:
+    """The forms are defined on parsed values; the parsers mcpcache and the MCP SDK read with agree."""
+    import orjson
+    import pydantic_core
+
+    text = '{"a":1,"b":2,"a":3}'
+    assert json.loads(text) == orjson.loads(text) == pydantic_core.from_json(text) == {"a": 3, "b": 2}
+    entry = next(e for e in FILE["values"] if e["name"].startswith("duplicate member names"))
+    assert entry["tagForm"] == entry["digestForm"] == '{"a":3,"b":2}'
+
+
+def _nested(levels: int) -> Any:
+    """A value `levels` deep: arrays around an empty object (which is the innermost level)."""
+    value: Any = {}
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("where", ["structuredContent", "meta", "content block"])
+def test_one_nesting_limit_counted_in_the_answer_document_for_tags_and_digests(where: str) -> None:
+    """`MAX_DEPTH` levels of the whole document have a tag and a digest; one more has neither, wherever
+    in the answer the depth is, and with or without a float (RFC 8785's two writers)."""
+    from mcpcache.canonical import MAX_DEPTH
+
+    def parts(levels: int, leaf: Any) -> tuple[list[Any], Any, Any]:
+        inner: Any = [leaf]
+        for _ in range(levels - 1):
+            inner = [inner]
+        if where == "structuredContent":
+            return [], inner, None  # the document (1) holds it: levels + 1
+        if where == "meta":
+            return [], None, {"example.com/deep": inner}  # the document (1), the meta object (2)
+        return [{"type": "text", "text": "t", "deep": inner}], None, None  # document, content, block
+
+    below = {"structuredContent": 1, "meta": 2, "content block": 3}[where]
+    for leaf in (1, 1.5):
+        content, structured, meta = parts(MAX_DEPTH - below, leaf)
+        content_tag(content, structured, meta)
+        answer_digest(content, structured, meta)
+        assert second.tag({"content": content, "structuredContent": structured, "_meta": meta})
+        content, structured, meta = parts(MAX_DEPTH - below + 1, leaf)
+        with pytest.raises(CanonicalizationError):
+            content_tag(content, structured, meta)
+        with pytest.raises(CanonicalizationError):
+            answer_digest(content, structured, meta)
+        with pytest.raises(second.NoCanonicalForm):
+            second.tag({"content": content, "structuredContent": structured, "_meta": meta})
+    assert canonical_json(_nested(MAX_DEPTH))
+    assert jcs(_nested(MAX_DEPTH))
+    for form in (canonical_json, jcs):
+        with pytest.raises(CanonicalizationError):
+            form(_nested(MAX_DEPTH + 1))

@@ -26,7 +26,6 @@ from mcp import StdioServerParameters
 from mcp.client.stdio import stdio_client
 from typer.testing import CliRunner
 
-from mcpcache.bench.wire import CountingTransport
 from mcpcache.cli import app
 from mcpcache.demo.notebooks import (
     build_notebook,
@@ -37,6 +36,7 @@ from mcpcache.demo.notebooks import (
 )
 from mcpcache.demo.server import build_demo_server
 from mcpcache.protocol import META_KEY
+from mcpcache.wire_count import CountingTransport
 
 CONFIGS = {
     "hash": {"validator": False, "memo": False},

@@ -1,4 +1,4 @@
-"""The transport byte counter the benchmarks rely on (mcpcache.bench.wire)."""
+"""The transport byte counter the benchmarks rely on (mcpcache.wire_count)."""
 
 from __future__ import annotations
 
@@ -20,10 +20,11 @@ from mcp import StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.message import SessionMessage
 
-from mcpcache.bench.wire import CountingFastMCPTransport, CountingTransport, WireLog, message_bytes, summarize
+from mcpcache.bench.wire import CountingFastMCPTransport
 from mcpcache.demo.notebooks import generate_notebook
 from mcpcache.demo.server import build_demo_server
 from mcpcache.protocol import META_KEY
+from mcpcache.wire_count import CountingTransport, WireLog, message_bytes, summarize
 
 
 @pytest.mark.parametrize(

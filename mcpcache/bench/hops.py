@@ -13,7 +13,7 @@ a server that never heard of mcpcache) or with mcpcache (ttl 0: every read reval
   the host nor the server changed.
 
 Every HTTP hop goes through a counting relay (mcpcache.bench.relay), so each link's JSON-RPC message bytes
-are counted on the wire; the host's own link is counted at its transport (mcpcache.bench.wire). The link
+are counted on the wire; the host's own link is counted at its transport (mcpcache.wire_count). The link
 that would cross a network in a real deployment is named per configuration: the proxy sits by the host,
 the gateway by the server. One read of each configuration per round, in a shuffled order, after one
 warm-up read each; time ratios are taken per round against `direct`.
@@ -43,8 +43,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from mcpcache.bench.common import percentile
 from mcpcache.bench.relay import Traffic, counting_relay
-from mcpcache.bench.wire import CountingTransport, WireLog
 from mcpcache.processes import free_port, stop_process, wait_until_listening
+from mcpcache.wire_count import CountingTransport, WireLog
 
 NOTEBOOK = "big.ipynb"
 MAX_EVENT_BYTES = 1024 * 1024 * 1024

@@ -1,13 +1,13 @@
 """A TCP relay on 127.0.0.1 that counts the bytes passing each way between an HTTP client and server.
 
-`mcpcache.bench.wire` counts messages at a client's transport, inside the process; a process that cannot
+`mcpcache.wire_count` counts messages at a client's transport, inside the process; a process that cannot
 be instrumented (`mcpcache proxy` talking to its upstream) is measured here instead, on the wire: point
 its `--url` at the relay and read the relay's `Traffic` before and after a call. Nothing is changed.
 Two counts are kept per direction:
 - `sent` / `received`: every byte on the TCP connections, HTTP headers and framing included;
 - `sent_messages` / `received_messages`: the bytes of the JSON-RPC messages inside (request bodies, and
   response bodies or the `data:` lines of an event stream), parsed from the same bytes with h11: the
-  count `mcpcache.bench.wire` makes, less its one newline per message.
+  count `mcpcache.wire_count` makes, less its one newline per message.
 """
 
 from __future__ import annotations

@@ -46,8 +46,8 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from mcpcache.bench.configs import BY_KEY, Config
-from mcpcache.bench.wire import CountingTransport, WireLog
 from mcpcache.processes import accepts
+from mcpcache.wire_count import CountingTransport, WireLog
 
 HTTP_MAX_EVENT_BYTES = 1024 * 1024 * 1024
 """The SDK's HTTP client refuses SSE events over 1 MB by default; a notebook read is many times that."""
@@ -55,7 +55,7 @@ HTTP_MAX_EVENT_BYTES = 1024 * 1024 * 1024
 WARM_UP_NOTEBOOK = "warm-up.ipynb"
 PRELOAD = (
     "mcpcache.bench.worker",
-    "mcpcache.bench.wire",
+    "mcpcache.wire_count",
     "mcpcache.client",
     "mcpcache.stores",
     "mcpcache.cli",

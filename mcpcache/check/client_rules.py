@@ -16,13 +16,30 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mcpcache.check.core import BLOCK, CALL, DELTA, PARTITIONS, UNMATCHED, Judged, Kind, Rule, Scenario
+from mcpcache.check.core import (
+    BLOCK,
+    CALL,
+    DELTA_CLIENT,
+    KEY_CLIENT,
+    PARTITIONS,
+    STALE_CLIENT,
+    UNMATCHED,
+    Judged,
+    Kind,
+    Rule,
+    Scenario,
+)
 from mcpcache.check.wire import claims_not_modified, short
 from mcpcache.delta import FORMAT, diff
 from mcpcache.etag import answer_digest, content_tag
-from mcpcache.protocol import DELTA_KEY, META_KEY, parse_etag, weak_equal
+from mcpcache.protocol import DELTA_KEY, META_KEY, STALE_IF_ERROR_KEY, parse_etag, weak_equal
 
 TOOL = "read"
+WRITE_TOOL = "write"
+"""A tool with no annotations whose answer carries no cache block: a call to it is a write to a client."""
+KEYED_TOOL = "read_keyed"
+"""A document tool whose tools/list declaration names its key arguments malformedly (both fields)."""
+NONCE = "nonce"
 KIND = "check.doc"
 EDITION_KEY = "io.github.mcpcache/check.edition"
 """A `_meta` key of the answers: a client that serves its stored copy after not-modified keeps it."""
@@ -37,7 +54,7 @@ OUTPUT_SCHEMA: dict[str, Any] = {
 serves one is up to the client, not caught by its SDK."""
 
 TagChoice = Literal["own", "foreign", "none", "malformed"]
-ReplyKind = Literal["full", "not-modified", "error", "delta", "corrupt-delta", "forced-delta"]
+ReplyKind = Literal["full", "not-modified", "error", "delta", "corrupt-delta", "forced-delta", "jsonrpc-error", "ack"]
 DELTA_KINDS: tuple[ReplyKind, ...] = ("delta", "corrupt-delta", "forced-delta")
 CORRUPTION = " (a corrupt delta made this text)"
 """What the ops of a corrupt delta add to the new edition's text; its digest names the true edition."""
@@ -64,12 +81,20 @@ class Reply:
     """A not-modified reply that also says isError."""
     base: int = 1
     """The edition a delta reply's ops start from (its base is that edition's tag)."""
+    stale_if_error_ms: int | None = None
+    """A full answer's `staleIfErrorMs` (docs/seps/stale-serving.md); None: no window."""
 
 
 @dataclass(frozen=True)
 class Step:
     replies: tuple[Reply, ...]
     partition: str = "a"
+    tool: str = TOOL
+    extra: tuple[tuple[str, object], ...] = ()
+    """Arguments of the call beside `key`."""
+
+    def arguments(self, key: str) -> dict[str, object]:
+        return {"key": key, **dict(self.extra)}
 
 
 @dataclass(frozen=True)
@@ -131,9 +156,13 @@ def planned_result(
         "none": None,
         "malformed": "not a tag",
     }
+    if reply.kind == "ack":
+        return {"content": [{"type": "text", "text": f"{key}: written"}], "isError": False}
     block: dict[str, Any] = {"ttlMs": reply.ttl_ms, "cacheScope": reply.scope}
     if tags[reply.tag] is not None:
         block["etag"] = tags[reply.tag]
+    if reply.stale_if_error_ms is not None:
+        block[STALE_IF_ERROR_KEY] = reply.stale_if_error_ms
     if reply.kind == "error":
         text = f"{key}: refused (an error that carries a cache block)"
         return {"content": [{"type": "text", "text": text}], "isError": True, "_meta": {meta_key: block}}
@@ -190,11 +219,16 @@ def _not_reported(record: ScriptRecord, *steps: int) -> Judged | None:
     for index in steps:
         step = record.step(index)
         if step.skipped:
-            return Judged.not_applicable(
-                f"the driver skipped step {index + 1} (partition {record.script.steps[index].partition})"
+            partition = record.script.steps[index].partition
+            return Judged.untried(
+                f"the driver skipped step {index + 1} (partition {partition})",
+                f"a driver that plays every step, partition {partition} included",
             )
         if not step.reported:
-            return Judged.not_applicable(f"step {index + 1} was never reported (the client disconnected first?)")
+            return Judged.untried(
+                f"step {index + 1} was never reported (the client disconnected first?)",
+                "a client that stays connected until every step is reported",
+            )
     return None
 
 
@@ -388,6 +422,53 @@ def judge_tolerant(record: ScriptRecord) -> Judged:
     )
 
 
+def judge_stale_if_error(record: ScriptRecord) -> Judged:
+    """Step 2 revalidates an answer granted a stale-if-error window and gets a JSON-RPC error."""
+    if (skip := _not_reported(record, 0, 1)) is not None:
+        return skip
+    if not _requests(record, 1):
+        return Judged.broken("step 2 sent no request: a ttlMs 0 answer was served without revalidating")
+    problem = _served_problem(record, 1, edition=1)
+    if problem is None:
+        return Judged.ok("the server failed with a JSON-RPC error; the stored answer was served within its window")
+    return Judged.broken(f"{problem} (a client MAY serve the stored answer within staleIfErrorMs)")
+
+
+def judge_stale_after_write(record: ScriptRecord) -> Judged:
+    """Step 2 is a write through the client; step 3's revalidation gets a JSON-RPC error."""
+    if (skip := _not_reported(record, 0, 1, 2)) is not None:
+        return skip
+    if not _requests(record, 1):
+        return Judged.broken("the write in step 2 never reached the server")
+    step = record.step(2)
+    if not step.sent_tags:
+        return Judged.broken("step 3 sent no request after the write: the entry was served as if fresh")
+    if step.error is not None:
+        return Judged.ok("after the write, the server's failure reached the caller; nothing stale was served")
+    served = step.served or {}
+    if served.get("isError") is True:
+        return Judged.ok("after the write, the caller got an error; nothing stale was served")
+    if _served_problem(record, 2, edition=1) is None:
+        return Judged.broken(
+            "served the answer stored before the write in place of the failure: a caller must read its writes"
+        )
+    return Judged.broken(f"step 3 served something else: {short(served, 80)}")
+
+
+def judge_key_malformed(record: ScriptRecord) -> Judged:
+    """Steps 1 and 2 differ only in the `nonce` argument of a tool whose key-arguments declaration is
+    malformed; the first answer is fresh for ten minutes."""
+    if (skip := _not_reported(record, 0, 1)) is not None:
+        return skip
+    if not _requests(record, 1):
+        return Judged.broken(
+            f"step 2 ({NONCE} 2) was served step 1's answer ({NONCE} 1) without a request: a malformed declaration "
+            "must leave the client keying on every argument"
+        )
+    problem = _served_problem(record, 1, edition=1)
+    return Judged.broken(problem) if problem else Judged.ok("keyed on every argument: the second call went out")
+
+
 # -- the scripts and the scenarios -----------------------------------------------------------------
 
 FULL = Reply()
@@ -504,7 +585,7 @@ CLIENT_SCENARIOS: tuple[ClientScenario, ...] = (
     _scenario(
         "delta-applied",
         "A delta reply patches the stored answer",
-        DELTA,
+        DELTA_CLIENT,
         "recommended",
         Script("delta-applied", (Step((FULL,)), Step((Reply(kind="delta", edition=2), EDITION_2)))),
         judge_delta_applied,
@@ -515,7 +596,7 @@ CLIENT_SCENARIOS: tuple[ClientScenario, ...] = (
     _scenario(
         "delta-corrupt",
         "A corrupt delta is never served",
-        DELTA,
+        DELTA_CLIENT,
         "required",
         Script("delta-corrupt", (Step((FULL,)), Step((Reply(kind="corrupt-delta", edition=2), EDITION_2)))),
         judge_corrupt_delta,
@@ -526,7 +607,7 @@ CLIENT_SCENARIOS: tuple[ClientScenario, ...] = (
     _scenario(
         "delta-unasked",
         "A delta to an ordinary call is never served",
-        UNMATCHED,
+        DELTA_CLIENT,
         "required",
         _unmatched("delta-unasked", Reply(kind="forced-delta", edition=2), stored=False),
         judge_unmatched,
@@ -579,6 +660,54 @@ CLIENT_SCENARIOS: tuple[ClientScenario, ...] = (
         Script("malformed-block", (Step((Reply(ttl_ms="5000", tag="malformed"),)), Step((FULL,)))),
         judge_tolerant,
         expects="both calls' callers get the full answer, and no request carries the malformed tag",
+    ),
+    _scenario(
+        "stale-if-error",
+        "An answer is served stale when the server fails, within its window",
+        STALE_CLIENT,
+        "recommended",
+        Script(
+            "stale-if-error",
+            (Step((Reply(stale_if_error_ms=600_000),)), Step((Reply(kind="jsonrpc-error"),))),
+        ),
+        judge_stale_if_error,
+        expects="step 1's answer grants `staleIfErrorMs: 600000` with `ttlMs: 0`; step 2's request is answered "
+        "with a JSON-RPC error, and its caller gets step 1's answer (a client MAY serve it; one that serves none "
+        "is warned)",
+    ),
+    _scenario(
+        "stale-after-write",
+        "An answer a write made stale is never served stale",
+        STALE_CLIENT,
+        "required",
+        Script(
+            "stale-after-write",
+            (
+                Step((Reply(stale_if_error_ms=600_000),)),
+                Step((Reply(kind="ack"),), tool=WRITE_TOOL),
+                Step((Reply(kind="jsonrpc-error"),)),
+            ),
+        ),
+        judge_stale_after_write,
+        expects="step 1's answer grants `staleIfErrorMs: 600000`; step 2 calls the `write` tool (no annotations, "
+        "no cache block in its answer) through the client; step 3's request is answered with a JSON-RPC error, "
+        "and its caller gets that failure (or an error result), never step 1's answer",
+    ),
+    _scenario(
+        "key-malformed",
+        "A malformed key-arguments declaration leaves every argument in the key",
+        KEY_CLIENT,
+        "required",
+        Script(
+            "key-malformed",
+            (
+                Step((Reply(ttl_ms=600_000),), tool=KEYED_TOOL, extra=((NONCE, "1"),)),
+                Step((FULL,), tool=KEYED_TOOL, extra=((NONCE, "2"),)),
+            ),
+        ),
+        judge_key_malformed,
+        expects=f"`{KEYED_TOOL}` declares both `keyArguments` and `ignoreArguments` (malformed); step 1's answer is "
+        f"fresh for ten minutes; step 2 differs only in `{NONCE}` and must send a request",
     ),
 )
 

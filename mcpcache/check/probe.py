@@ -4,7 +4,7 @@ Every request goes out through the SDK client session's `send_request` with a re
 JSON as it arrived, so the judges see exactly what the server sent (the SDK still refuses a result that is
 not a valid `tools/call` result for the negotiated protocol; that refusal is recorded as the reply). No
 answer goes through mcpcache's `ToolCache`. Sizes are counted per message at the client's transport
-(`mcpcache.bench.wire`), the way the benchmarks count them.
+(`mcpcache.wire_count`), the way the benchmarks count them.
 """
 
 from __future__ import annotations
@@ -22,14 +22,15 @@ import mcp_types as mt
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from mcpcache.bench.wire import CountingTransport, WireLog
 from mcpcache.check.core import Report, Stamping, Subject, judge_all
 from mcpcache.check.harvest import find_arguments
 from mcpcache.check.observations import Exchange, ToolObservations
 from mcpcache.check.selection import ToolCall, declares_cache, invalid_arguments, select
-from mcpcache.check.server_rules import PROBES, SERVER_SCENARIOS, SKIP, Probe
+from mcpcache.check.server_rules import PROBES, SKIP, Probe
+from mcpcache.check.suite import SERVER_SCENARIOS
 from mcpcache.check.wire import RawResult, block_dict, is_error, short
 from mcpcache.protocol import META_KEY
+from mcpcache.wire_count import CountingTransport, WireLog
 
 Era = Literal["auto", "legacy"]
 
@@ -197,6 +198,19 @@ async def _run_probes(
     return replace(obs, exchanges=exchanges)
 
 
+BETWEEN = "between-"
+"""The name of the ordinary call made after the n-th mutating call when another follows: `between-<n>`."""
+
+
+async def _between(
+    client: mcp.Client, log: WireLog, obs: ToolObservations, index: int, options: CheckOptions
+) -> ToolObservations:
+    exchange = await call(
+        client, log, obs.tool, obs.arguments, meta_key=options.meta_key, timeout_s=options.timeout_s
+    )  # fmt: skip
+    return replace(obs, exchanges={**obs.exchanges, f"{BETWEEN}{index}": exchange})
+
+
 class _Run:
     """One server check's calls and what they showed, kept while the tools are chosen and probed."""
 
@@ -205,6 +219,8 @@ class _Run:
         self.observed: list[ToolObservations] = []
         self.notes: dict[str, str] = {}
         self.skipped: list[tuple[str, str]] = []
+        self.unchecked: list[str] = []
+        """Tools meant to be probed that could not be (their `skipped` entry says what to add)."""
         self.answers: list[tuple[str, Mapping[str, Any]]] = []
         """Every successful answer, in order: where arguments for other tools may be found."""
         self.stamped = False
@@ -229,7 +245,9 @@ class _Run:
         self.saw(tool_call.name, first)
         if first.result is None:
             self.skipped.append((tool_call.name, f"the call failed: {first.error}"))
+            self.unchecked.append(tool_call.name)
         elif is_error(first.result):
+            self.unchecked.append(tool_call.name)
             shown = json.dumps(dict(arguments), sort_keys=True)
             text = _error_line(first.result)
             self.skipped.append(
@@ -275,6 +293,7 @@ async def check_server(target: Target, options: CheckOptions) -> Report:
         selection = select(entries, options.meta_key, options.calls, options.known_arguments)
         run = _Run(client, log, options)
         run.skipped.extend(selection.skipped)
+        run.unchecked.extend(name for name, why in selection.skipped if why == "not in tools/list")
         chosen = list(selection.probe)
         for candidate, entry in selection.candidates:
             if await run.discover(candidate, entry):
@@ -286,6 +305,7 @@ async def check_server(target: Target, options: CheckOptions) -> Report:
         for wanting in selection.wanting:
             found = find_arguments(wanting.entry.get("inputSchema"), wanting.missing, run.answers)
             if len(found) < len(wanting.missing):
+                run.unchecked.append(wanting.name)
                 still = tuple(name for name in wanting.missing if name not in found)
                 run.skipped.append(
                     (wanting.name, wanting.hint() if not found else replace(wanting, missing=still).hint())
@@ -301,7 +321,7 @@ async def check_server(target: Target, options: CheckOptions) -> Report:
         observed = run.observed
         if options.mutations and observed:
             made: list[str] = []
-            for mutation in options.mutations:
+            for index, mutation in enumerate(options.mutations, start=1):
                 exchange = await call(
                     client,
                     log,
@@ -312,6 +332,10 @@ async def check_server(target: Target, options: CheckOptions) -> Report:
                 )
                 outcome = "failed" if exchange.result is None or exchange.result.get("isError") is True else "ok"
                 made.append(f"{mutation.describe()} {outcome}")
+                if index < len(options.mutations):
+                    # Between two mutating calls, one ordinary call of each tool: an edit then a change of
+                    # `_meta` alone exercise both the mutation rule and the `_meta` one in one run.
+                    observed = [await _between(client, log, obs, index, options) for obs in observed]
             after = [p for p in PROBES if p.phase == "after"]
             observed = [
                 await _run_probes(client, log, replace(obs, mutations=tuple(made)), after, options) for obs in observed
@@ -330,7 +354,15 @@ async def check_server(target: Target, options: CheckOptions) -> Report:
         )
         for obs in observed
     )
-    return Report("server", target.label, protocol, subjects, tuple(run.skipped), stamping)
+    # A tool probed whose ordinary call failed or answered an error was not checked either.
+    failed = [obs.tool for obs in observed if _first_unusable(obs)]
+    unchecked = tuple(dict.fromkeys([*run.unchecked, *failed]))
+    return Report("server", target.label, protocol, subjects, tuple(run.skipped), stamping, unchecked)
+
+
+def _first_unusable(obs: ToolObservations) -> bool:
+    first = obs.get("first")
+    return first is None or first.result is None or is_error(first.result)
 
 
 def parse_arguments_file(path: Path) -> dict[str, dict[str, Any]]:

@@ -13,10 +13,6 @@ from mcpcache.check.core import Report, Status
 STYLE: dict[Status, str] = {"pass": "green", "fail": "bold red", "warn": "yellow", "n/a": "dim", "info": "cyan"}
 
 
-NEEDS_MUTATION = {"mutation": "--mutate", "meta": "--mutate", "delta": "--mutate"}
-"""Scenarios that only a mutating call can try, and the option that names one."""
-
-
 def not_implemented_line(report: Report) -> str:
     called = sorted(
         {s.name for s in report.subjects} | {name for name, why in report.skipped if "no cache block" in why}
@@ -27,7 +23,8 @@ def not_implemented_line(report: Report) -> str:
 
 
 def outcome_line(report: Report) -> tuple[str, str]:
-    """The closing line and its style."""
+    """The closing line and its style. It says "conforms" only when every required rule that applies was
+    exercised; otherwise it names the rules left unexercised and what would exercise each."""
     counts = report.counts()
     summary = ", ".join(f"{n} {status}" for status, n in counts.items() if n) or "nothing judged"
     outcome = report.outcome
@@ -39,17 +36,18 @@ def outcome_line(report: Report) -> tuple[str, str]:
         if untagged:
             why += f" ({', '.join(untagged)}: no tag to revalidate)"
         return f"inconclusive: {why}; add the calls named above ({summary})", "bold yellow"
-    if outcome == "does not conform" or report.mode == "client":
-        return f"{outcome}: {summary}", "bold red" if outcome != "conforms" else "bold green"
-    untried = report.untried()
-    line = f"conforms: {summary}"
-    needing = [scenario for scenario in untried if scenario in NEEDS_MUTATION]
-    parts = [", ".join(scenario for scenario in untried if scenario not in NEEDS_MUTATION)]
-    if needing:
-        parts.append(f"{', '.join(needing)} (name a {' and '.join(sorted({NEEDS_MUTATION[s] for s in needing}))} call)")
-    if untried:
-        line += "; not tried: " + "; ".join(part for part in parts if part)
-    return line, "bold green"
+    if outcome == "does not conform":
+        return f"{outcome}: {summary}", "bold red"
+    if outcome == "incomplete":
+        parts = []
+        unexercised = report.unexercised()
+        if unexercised:
+            rules = "; ".join(f"{scenario} (needs {needs})" for scenario, needs in unexercised)
+            parts.append(f"not exercised: {rules}")
+        if report.unchecked:
+            parts.append(f"not checked: {', '.join(report.unchecked)} (see above for what to add)")
+        return f"incomplete: nothing failed ({summary}), but {'; '.join(parts)}", "bold yellow"
+    return f"conforms: {summary}", "bold green"
 
 
 def render(report: Report, console: Console) -> None:

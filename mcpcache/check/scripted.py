@@ -24,12 +24,16 @@ import anyio
 import mcp_types as mt
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp.shared.exceptions import MCPError
 
 from mcpcache.check.client_rules import (
     CLIENT_SCENARIOS,
+    KEYED_TOOL,
     KIND,
+    NONCE,
     OUTPUT_SCHEMA,
     TOOL,
+    WRITE_TOOL,
     Script,
     ScriptRecord,
     StepRecord,
@@ -75,7 +79,13 @@ class ClientCheck:
 
     def steps_json(self) -> list[dict[str, Any]]:
         return [
-            {"key": s.key, "step": index + 1, "partition": step.partition, "tool": TOOL, "arguments": {"key": s.key}}
+            {
+                "key": s.key,
+                "step": index + 1,
+                "partition": step.partition,
+                "tool": step.tool,
+                "arguments": step.arguments(s.key),
+            }
             for s in self.plan
             for index, step in enumerate(s.steps)
         ]
@@ -122,6 +132,25 @@ TOOLS = [
         input_schema={"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]},
         output_schema=OUTPUT_SCHEMA,
         annotations=mt.ToolAnnotations(read_only_hint=True),
+    ),
+    mt.Tool(
+        name=WRITE_TOOL,
+        description="A write: no annotations, and its answer carries no cache block.",
+        input_schema={"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]},
+    ),
+    mt.Tool(
+        name=KEYED_TOOL,
+        description="A document whose declaration names its key arguments malformedly (both fields).",
+        input_schema={
+            "type": "object",
+            "properties": {"key": {"type": "string"}, NONCE: {"type": "string"}},
+            "required": ["key"],
+        },
+        output_schema=OUTPUT_SCHEMA,
+        annotations=mt.ToolAnnotations(read_only_hint=True),
+        _meta={
+            META_KEY: {"ttlMs": 600_000, "cacheScope": "private", "keyArguments": ["key"], "ignoreArguments": [NONCE]}
+        },
     ),
     mt.Tool(
         name=REPORT_TOOL,
@@ -171,7 +200,7 @@ def _answer(check: ClientCheck, params: mt.CallToolRequestParams) -> mt.CallTool
         return _refuse(f"unknown key {key!r}; call `script` for the plan")
     records = check.records[script.key]
     index = check.open_step(script.key)
-    if params.name == TOOL:
+    if params.name in (TOOL, WRITE_TOOL, KEYED_TOOL):
         if index >= len(script.steps):
             return _refuse(f"every step of {script.key!r} was already reported")
         step, record = script.steps[index], records[index]
@@ -180,6 +209,8 @@ def _answer(check: ClientCheck, params: mt.CallToolRequestParams) -> mt.CallTool
         record.accepted.append(accepts)
         reply = step.replies[min(len(record.replies), len(step.replies) - 1)]
         record.replies.append(reply)
+        if reply.kind == "jsonrpc-error":
+            raise MCPError(-32603, f"{script.key}: the scripted server fails this request (a JSON-RPC error)")
         wire = planned_result(script.key, step.partition, reply, check.meta_key, accepts_delta=accepts)
         return mt.CallToolResult.model_validate(wire)
     if params.name == REPORT_TOOL:

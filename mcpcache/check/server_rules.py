@@ -1,5 +1,6 @@
-"""The server half of the suite, as data: the calls made to each tool (`PROBES`) and the scenarios judged
-on what came back (`SERVER_SCENARIOS`).
+"""The server half of the suite, as data: the calls made to each tool (`PROBES`) and the core proposal's
+scenarios judged on what came back (`CORE_SCENARIOS`; the follow-ups' are in `mcpcache.check.sep_rules`,
+and `mcpcache.check.suite` puts them together).
 
 Every judge is a pure function of a `ToolObservations`: the raw results of the probe calls, their sizes on
 the wire, the tool's `tools/list` entry. `mcpcache.check.probe` makes the calls; nothing here does I/O.
@@ -13,17 +14,14 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import Any, Literal
 
-import mcp_types as mt
 from jsonschema import exceptions as jsonschema_exceptions  # type: ignore[import-untyped]
 from jsonschema import validators
-from pydantic import ValidationError
 from referencing import Registry
 
 from mcpcache import delta
-from mcpcache.check.core import BLOCK, DELTA, META_COVERED, REPLY, TAG, Judged, Scenario
+from mcpcache.check.core import BLOCK, META_COVERED, REPLY, TAG, Judged, Scenario
 from mcpcache.check.observations import Exchange, ToolObservations
 from mcpcache.check.wire import (
-    answer_of,
     block_dict,
     claims_not_modified,
     differences,
@@ -35,14 +33,11 @@ from mcpcache.check.wire import (
     sent_tag,
     short,
 )
-from mcpcache.etag import CanonicalizationError, answer_digest
 from mcpcache.protocol import (
+    DELTA_KEY,
     MAX_TTL_MS,
     STALE_IF_ERROR_KEY,
     STALE_WHILE_REVALIDATE_KEY,
-    DeltaBlock,
-    MalformedDelta,
-    parse_delta,
     parse_etag,
     weak_equal,
 )
@@ -201,16 +196,12 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
 
 
-def block_problems(block: object, *, not_modified: bool) -> tuple[list[str], list[str]]:
-    """(problems, notes) of a cache block as sent; `not_modified` says which reply it came on."""
-    if block is None:
-        return ["no cache block"], []
-    if not isinstance(block, Mapping):
-        return [f"the block is not an object: {short(block)}"], []
+def duration_problems(block: Mapping[str, Any], names: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """(problems, notes) of the duration fields `names` of a block, where present: integers >= 0 (in
+    milliseconds; one over 24 h is noted, clients clamp it)."""
     problems: list[str] = []
     notes: list[str] = []
-    # The stale windows (section 12) are durations like ttlMs, bounded and clamped alike.
-    for name in ("ttlMs", STALE_WHILE_REVALIDATE_KEY, STALE_IF_ERROR_KEY):
+    for name in names:
         value = block.get(name)
         if name not in block:
             continue
@@ -220,6 +211,17 @@ def block_problems(block: object, *, not_modified: bool) -> tuple[list[str], lis
             problems.append(f"{name} {value} is negative")
         elif value > MAX_TTL_MS:  # type: ignore[operator]
             notes.append(f"{name} {value} is over 24 h; clients clamp it")
+    return problems, notes
+
+
+def block_problems(block: object, *, not_modified: bool) -> tuple[list[str], list[str]]:
+    """(problems, notes) of a cache block as sent; `not_modified` says which reply it came on. The core
+    proposal's fields only: the follow-ups' (the stale windows, `delta`) are judged by their own scenarios."""
+    if block is None:
+        return ["no cache block"], []
+    if not isinstance(block, Mapping):
+        return [f"the block is not an object: {short(block)}"], []
+    problems, notes = duration_problems(block, ("ttlMs",))
     scope = block.get("cacheScope")
     if "cacheScope" not in block:
         problems.append("cacheScope is missing (clients read it as private)")
@@ -238,7 +240,7 @@ def block_problems(block: object, *, not_modified: bool) -> tuple[list[str], lis
         problems.append(f"notModified is {short(claim)}, not true")
     if not not_modified and "notModified" in block and claim is not False:
         problems.append(f"notModified {short(claim)} on a full answer")
-    unknown = sorted(set(block) - {"ttlMs", "cacheScope", "etag", "notModified", *STALE_KEYS})
+    unknown = sorted(set(block) - {"ttlMs", "cacheScope", "etag", "notModified", DELTA_KEY, *STALE_KEYS})
     if unknown:
         notes.append(f"unknown fields {', '.join(unknown)}")
     return problems, notes
@@ -287,10 +289,15 @@ def judge_same_tag(obs: ToolObservations) -> Judged:
     return Judged.broken(f"{a} then {b}{what}")
 
 
+ORDINARY_CALLS = ("first", "second", "after")
+
+
 def judge_ordinary_never_not_modified(obs: ToolObservations) -> Judged:
     if (why := _first_failure(obs)) is not None:
         return Judged.not_applicable(why)
-    claimed = [p for p in ("first", "second", "after") if claims_not_modified(obs.result(p) or {}, obs.meta_key)]
+    ordinary = [name for name, exchange in obs.exchanges.items() if exchange.sent is None and name in ORDINARY_CALLS]
+    ordinary += [name for name in obs.exchanges if name.startswith("between-")]  # between two mutating calls
+    claimed = [p for p in ordinary if claims_not_modified(obs.result(p) or {}, obs.meta_key)]
     if claimed:
         return Judged.broken(f"the {', '.join(claimed)} call carried no tag and was answered not-modified")
     return Judged.ok("ordinary calls got full answers")
@@ -484,9 +491,12 @@ def judge_other_form(obs: ToolObservations) -> Judged:
     )
 
 
+ERROR_NEEDED = "a checked tool that answers an error to arguments its input schema refuses"
+
+
 def judge_error_unstamped(obs: ToolObservations) -> Judged:
     if obs.invalid_arguments is None:
-        return Judged.not_applicable("no arguments the input schema refuses could be built")
+        return Judged.untried("no arguments the input schema refuses could be built", ERROR_NEEDED)
     problems: list[str] = []
     answered: list[str] = []
     for probe in ("error", "error-conditional"):
@@ -508,8 +518,8 @@ def judge_error_unstamped(obs: ToolObservations) -> Judged:
     if problems:
         return Judged.broken("; ".join(problems))
     if all(item.endswith("not an error") for item in answered):
-        return Judged.not_applicable(
-            f"the tool accepted arguments its schema refuses ({short(dict(obs.invalid_arguments))})"
+        return Judged.untried(
+            f"the tool accepted arguments its schema refuses ({short(dict(obs.invalid_arguments))})", ERROR_NEEDED
         )
     return Judged.ok("; ".join(answered))
 
@@ -526,15 +536,31 @@ def judge_not_modified_size(obs: ToolObservations) -> Judged:
     if nm is None or full is None:
         return Judged.not_applicable("sizes on the wire were not measured")
     if full <= NOT_MODIFIED_BOUND:
-        return Judged.not_applicable(f"the full answer is only {full:,} B (not-modified {nm:,} B); no margin to show")
+        return Judged.untried(
+            f"the full answer is only {full:,} B (not-modified {nm:,} B); no margin to show",
+            f"arguments that make an answer larger than {NOT_MODIFIED_BOUND:,} B on the wire",
+        )
     if nm <= NOT_MODIFIED_BOUND:
         return Judged.ok(f"{nm:,} B against {full:,} B for the answer (at most {NOT_MODIFIED_BOUND:,} B)")
     return Judged.broken(f"{nm:,} B against {full:,} B for the answer: over {NOT_MODIFIED_BOUND:,} B")
 
 
+MUTATE = "a mutating call that changes what the probed tools read (--mutate NAME --args JSON)"
+MUTATE_AGAIN = "a mutating call that changes the answers' content (the --mutate calls given did not)"
+MUTATE_META = (
+    "a mutating call that changes only the `_meta` of an answer (--mutate; e.g. a cell deleted and the same one "
+    "inserted again, under a new id)"
+)
+
+
+def mutation_needed(obs: ToolObservations) -> str:
+    """What would exercise a rule that needs the answer to change: a first --mutate, or another one."""
+    return MUTATE_AGAIN if obs.mutations else MUTATE
+
+
 def judge_mutation(obs: ToolObservations) -> Judged:
     if not obs.mutations:
-        return Judged.not_applicable("no mutating call named (--mutate NAME --args JSON)")
+        return Judged.untried("no mutating call named (--mutate NAME --args JSON)", MUTATE)
     if (skip := _tag_or_na(obs)) is not None:
         return skip
     before, after = obs.result("second") or {}, obs.result("after")
@@ -542,9 +568,11 @@ def judge_mutation(obs: ToolObservations) -> Judged:
         return Judged.broken(f"the call after the mutation failed: {(obs.get('after') or Exchange(None, None)).error}")
     changed = differences(before, after, obs.meta_key)
     if not changed:
-        return Judged.not_applicable(f"the mutating calls ({'; '.join(obs.mutations)}) did not change this answer")
+        return Judged.untried(
+            f"the mutating calls ({'; '.join(obs.mutations)}) did not change this answer", MUTATE_AGAIN
+        )
     if meta_only_differences(before, after, obs.meta_key):
-        return Judged.not_applicable("only _meta changed; see the `_meta` row")
+        return Judged.untried("only _meta changed; see the `_meta` row", MUTATE_AGAIN)
     problems = []
     old, new = obs.current_tag, sent_tag(after, obs.meta_key)
     if new is None:
@@ -588,7 +616,10 @@ def judge_meta_covered(obs: ToolObservations) -> Judged:
                 detail += "; the old tag got not-modified after the mutation"
             return Judged.broken(detail + ": a client serving its stored copy keeps the old value")
     if not varied:
-        return Judged.not_applicable("_meta never varied between answers; name a mutating call that changes it")
+        if not any(other_meta(result, obs.meta_key) for _, result in full):
+            # A tag that left `_meta` out could serve no old `_meta`: there is none.
+            return Judged.not_applicable("its answers carry no `_meta` of their own (beside the block and serverInfo)")
+        return Judged.untried("_meta never varied alone between answers", MUTATE_META)
     return Judged.ok("when only _meta changed, the tag changed")
 
 
@@ -606,113 +637,9 @@ def judge_wire_size(obs: ToolObservations) -> Judged:
     return Judged.ok("; ".join(parts))
 
 
-# -- delta replies ---------------------------------------------------------------------------------
-
-NOT_ASKED = ("first", "second", "current", "wrong", *MALFORMED, "other-form", "after", "old-after")
-"""Probes whose request lists no delta format: none of their replies may carry a delta."""
-
-
-def _has_delta(result: Mapping[str, Any] | None, meta_key: str) -> bool:
-    block = block_dict(result or {}, meta_key)
-    return block is not None and "delta" in block
-
-
-def judge_delta_only_when_asked(obs: ToolObservations) -> Judged:
-    if (why := _first_failure(obs)) is not None:
-        return Judged.not_applicable(why)
-    carried = [name for name in (*NOT_ASKED, "delta-format") if _has_delta(obs.result(name), obs.meta_key)]
-    if carried:
-        return Judged.broken(
-            f"a delta answered the {', '.join(carried)} call{'s' if len(carried) > 1 else ''}, which accepted "
-            "no delta format (or only one nobody sends)"
-        )
-    return Judged.ok("no reply to a call that accepted no format the server sends carried a delta")
-
-
-def judge_delta_base_unknown(obs: ToolObservations) -> Judged:
-    if (skip := _tag_or_na(obs)) is not None:
-        return skip
-    exchange = obs.get("delta-unknown")
-    if exchange is None:
-        return Judged.not_applicable("the second call gave no tag")
-    reply = exchange.result
-    if reply is None:
-        return Judged.broken(f"the conditional call failed: {exchange.error}")
-    if _has_delta(reply, obs.meta_key):
-        return Judged.broken("a delta against a tag the server never issued: it cannot hold that answer")
-    if claims_not_modified(reply, obs.meta_key):
-        return Judged.broken("answered not-modified to a tag it never issued")
-    if is_error(reply):
-        return Judged.broken(f"answered an error: {_error_text(reply)}")
-    return Judged.ok("the full answer")
-
-
-def _rebuilt(held: Mapping[str, Any], found: DeltaBlock, meta_key: str) -> mt.CallToolResult | str:
-    """The answer a client builds from the answer it held and the delta, or why it cannot."""
-    try:
-        copy = mt.CallToolResult.model_validate(dict(held))
-        return delta.result_of(delta.apply(delta.document_of(copy, meta_key), found.ops))
-    except delta.DeltaError as exc:
-        return f"the ops do not apply to the answer sent under the base tag: {short(str(exc), 160)}"
-    except ValidationError as exc:
-        return f"the answer held is not a tool result: {short(str(exc), 120)}"
-
-
-def judge_delta(obs: ToolObservations) -> Judged:
-    if (skip := _tag_or_na(obs)) is not None:
-        return skip
-    exchange, held, current = obs.get("delta-after"), obs.result("second"), obs.result("after")
-    if exchange is None or held is None or current is None:
-        return Judged.not_applicable("needs a mutating call (--mutate) to have an older answer to ask a delta for")
-    reply = exchange.result
-    if reply is None:
-        return Judged.broken(f"the conditional call failed: {exchange.error}")
-    if not _has_delta(reply, obs.meta_key):
-        if claims_not_modified(reply, obs.meta_key) or is_error(reply):
-            return Judged.not_applicable("no full answer and no delta to the old tag (the mutation row judges it)")
-        return Judged.not_applicable("the full answer (a server MAY send a delta; this one did not)")
-    block = block_dict(reply, obs.meta_key) or {}
-    found = parse_delta(block.get("delta"))
-    if isinstance(found, MalformedDelta):
-        return Judged.broken(f"the delta is malformed: {found.reason}")
-    sent = obs.current_tag
-    problems = []
-    if found.format != delta.FORMAT:
-        problems.append(f"format {short(found.format)} was not asked for")
-    if not weak_equal(found.base, sent):
-        problems.append(f"its base {short(found.base, 44)} is not the tag sent")
-    if reply.get("content") != []:
-        problems.append("content is not empty")
-    if claims_not_modified(reply, obs.meta_key):
-        problems.append("it also claims notModified")
-    if is_error(reply):
-        problems.append("it is an error")
-    if problems:
-        return Judged.broken("; ".join(problems))
-    answer = _rebuilt(held, found, obs.meta_key)
-    if isinstance(answer, str):
-        return Judged.broken(answer)
-    try:
-        digest = answer_digest(answer.content, answer.structured_content, answer.meta, meta_key=obs.meta_key)
-    except CanonicalizationError as exc:
-        return Judged.broken(f"the answer built has no digest form ({exc}): no delta should have been sent")
-    if digest != found.digest:
-        return Judged.broken(f"the digest of the answer built is {digest}, the delta says {found.digest}")
-    rebuilt = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
-    if answer_of(rebuilt, obs.meta_key) != answer_of(current, obs.meta_key):
-        if not weak_equal(sent_tag(reply, obs.meta_key), sent_tag(current, obs.meta_key)):
-            return Judged.not_applicable("the answer changed between the full read and the delta")
-        changed = differences(rebuilt, current, obs.meta_key)
-        return Judged.broken(f"the answer built differs from the full answer under the same tag: {', '.join(changed)}")
-    size = f"{plural(exchange.reply_bytes, 'byte')} on the wire" if exchange.reply_bytes is not None else "sent"
-    full = obs.get("after")
-    of = f" (the full answer: {plural(full.reply_bytes, 'byte')})" if full and full.reply_bytes else ""
-    return Judged.ok(f"{plural(len(found.ops), 'op')}, {size}{of}; rebuilds the full answer; the digest matches")
-
-
 BLOCK_AT = '`_meta["io.modelcontextprotocol/cache"]`'
 
-SERVER_SCENARIOS: tuple[Scenario[ToolObservations], ...] = (
+CORE_SCENARIOS: tuple[Scenario[ToolObservations], ...] = (
     Scenario(
         "block",
         "The cache block is well-formed",
@@ -720,8 +647,7 @@ SERVER_SCENARIOS: tuple[Scenario[ToolObservations], ...] = (
         "required",
         judge_block,
         expects=f'each full answer\'s {BLOCK_AT} is an object with `cacheScope` "public" or "private", '
-        "`ttlMs` an integer >= 0 and/or `etag` an entity tag, the stale windows (if any) integers >= 0, and no "
-        "`notModified`",
+        "`ttlMs` an integer >= 0 and/or `etag` an entity tag, and no `notModified`",
         sends=("first", "second"),
     ),
     Scenario(
@@ -827,38 +753,6 @@ SERVER_SCENARIOS: tuple[Scenario[ToolObservations], ...] = (
         expects="two answers that differ only in `_meta` (the cache block and serverInfo aside) carry tags that "
         "are not weakly equal, and the old tag gets the full answer",
         sends=("first", "second", "after", "old-after"),
-    ),
-    Scenario(
-        "delta-asked",
-        "A delta only when asked",
-        DELTA,
-        "required",
-        judge_delta_only_when_asked,
-        expects="no reply to a call whose request lists no delta format the server sends (no `acceptDelta`, or "
-        "only an unknown format) carries a `delta` in its block",
-        sends=(*NOT_ASKED, "delta-format"),
-    ),
-    Scenario(
-        "delta-base",
-        "A base the server never sent gets the full answer",
-        DELTA,
-        "required",
-        judge_delta_base_unknown,
-        expects="the full answer to a tag never issued, even when the request accepts deltas: not an error, no "
-        "`notModified`, no `delta`",
-        sends=("second", "delta-unknown"),
-    ),
-    Scenario(
-        "delta",
-        "A delta rebuilds the current answer, and its digest matches",
-        DELTA,
-        "required",
-        judge_delta,
-        expects="when the reply to the old tag with `acceptDelta` is a delta: the format asked for, `base` weakly "
-        "equal to the tag sent, `content: []`, no `notModified`; its ops applied to the answer held under that "
-        "tag give an answer whose digest is the delta's and which is the full answer the server now sends "
-        "(a full answer instead is not applicable: deltas are optional)",
-        sends=("second", "after", "delta-after"),
     ),
     Scenario(
         "wire",

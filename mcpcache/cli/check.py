@@ -86,11 +86,21 @@ def check(
     out: Annotated[
         Path | None, typer.Option("--out", metavar="FILE", help="Also write the JSON report to FILE.")
     ] = None,
+    checks: Annotated[
+        Path | None,
+        typer.Option(
+            "--checks",
+            metavar="FILE",
+            help="Also write the results as the MCP conformance suite's checks.json (a JSON array of checks).",
+        ),
+    ] = None,
 ) -> None:
     """Check a server (or with --client, a client) against the revalidation rules of docs/protocol.md.
 
     Exit status 0: conforms; 1: a required scenario failed, or the server does not implement tool-result
-    caching, or it could not be reached; 2: usage error; 3: inconclusive (no tagged tool could be checked).
+    caching, or it could not be reached; 2: usage error; 3: inconclusive (no tagged tool could be checked)
+    or incomplete (a required rule went unexercised, or a tool could not be checked: the last line says what
+    would).
     """
     import os
 
@@ -110,6 +120,13 @@ def check(
             _check_usage("--http and --calls go with --client")
         if bool(url) == bool(command):
             _check_usage("give a server: --url http://host/mcp, or -- followed by the command that starts it")
+        if url:
+            from mcpcache.proxy.settings import SettingsError, upstream_from
+
+            try:  # the proxy's rule and words for a URL, so that both commands refuse the same ones alike
+                upstream_from((), url, (), None)
+            except SettingsError as exc:
+                _check_usage(str(exc))
         from mcpcache.check.probe import CheckOptions, Target, check_server, parse_arguments, parse_arguments_file
         from mcpcache.check.selection import ToolCall
 
@@ -138,6 +155,10 @@ def check(
             raise typer.Exit(1) from None
     if out is not None:
         out.write_text(to_json(report))
+    if checks is not None:
+        from mcpcache.check.checks_json import to_checks_json
+
+        checks.write_text(to_checks_json(report) + "\n")
     # In stdio client mode stdout is the protocol channel: the report goes to stderr.
     stream = sys.stderr if client and http is None else sys.stdout
     if as_json:

@@ -4,7 +4,7 @@ Reading one 97 MB answer from an HTTP upstream makes the MCP SDK hold several co
 (the server-sent event's text as it arrives, joined, the UTF-8 copy pydantic parses, the parsed message),
 and most of that memory comes from many allocations smaller than glibc's mmap threshold. Freed, it stays in
 the process's heap: about 250 MB after one such answer, measured, on top of which the next answer's copies
-land (docs/benchmarks.md, section 7). glibc returns it only when the top of the heap is free, which a
+land (docs/benchmarks.md, section 8). glibc returns it only when the top of the heap is free, which a
 long-lived server's heap seldom is; `malloc_trim(0)` returns every free page, in about 10 ms for a few
 hundred MB.
 

@@ -117,7 +117,7 @@ class StoreLimits:
 DEFAULT_SECONDS_PER_MB = 0.05
 """What a store operation is allowed for every MB (10^6 bytes) of body it moves, on top of its fixed deadline
 or timeout. Saving or loading a body ran at 7 to 15 ms per MB on SQLite and Redis on a loaded 2-core
-machine (docs/benchmarks.md, section 7), so this leaves three to seven times that; fetching the same MB
+machine (docs/benchmarks.md, section 8), so this leaves three to seven times that; fetching the same MB
 from a server over HTTP cost 50 to 180 ms there, so waiting on a store that freezes mid-transfer costs
 less than the fetch it was meant to save."""
 

@@ -72,6 +72,8 @@ class Quirks:
     """Send a delta even against a tag it never issued."""
     delta_wrong_digest: bool = False
     """Send a digest that is not the new answer's."""
+    declaration: dict[str, Any] | None = None
+    """The `read` tool's cache declaration in tools/list (None: it declares none, and is chosen as read-only)."""
 
 
 @dataclass
@@ -105,6 +107,7 @@ def build_quirky(quirks: Quirks | None = None, docs: Docs | None = None) -> Serv
                 "required": ["kind", "key", "text"] if quirks.strict_schema else ["kind"],
             },
             annotations=mt.ToolAnnotations(read_only_hint=True),
+            _meta={META_KEY: quirks.declaration} if quirks.declaration is not None else None,
         ),
         mt.Tool(
             name="edit",

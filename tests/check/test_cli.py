@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 from support.transports import SERVE_SCRIPT
 from typer.testing import CliRunner
@@ -15,6 +16,8 @@ from typer.testing import CliRunner
 from mcpcache.cli import app
 from mcpcache.cli.check import _paired_calls
 from mcpcache.processes import free_port
+
+from .test_export import CHECKS_FILE
 
 
 @pytest.mark.parametrize(
@@ -29,6 +32,9 @@ from mcpcache.processes import free_port
         (["--url", "http://127.0.0.1:1/mcp", "--bogus"], "No such option"),
         (["--client", "--url", "http://127.0.0.1:1/mcp"], "--client serves a scripted server"),
         (["--calls", "3", "--url", "http://127.0.0.1:1/mcp"], "--http and --calls go with --client"),
+        (["--url", "not-a-url"], "--url must be an http:// or https:// URL, got 'not-a-url'"),
+        (["--url", "ftp://example.com/mcp"], "--url must be an http:// or https:// URL"),
+        (["--url", "http:///mcp"], "--url must be an http:// or https:// URL"),
     ],
 )
 def test_a_usage_error_is_one_line_and_exit_status_2(args: list[str], says: str) -> None:
@@ -72,12 +78,16 @@ def test_each_args_goes_to_the_tool_or_mutation_before_it() -> None:
 
 
 @pytest.mark.slow
-def test_the_cli_checks_the_catalogue_server_over_stdio() -> None:
+def test_the_cli_checks_the_catalogue_server_over_stdio(tmp_path: Path) -> None:
+    checks = tmp_path / "checks.json"
+    # A key this long makes the answer larger than 1 KiB, so the not-modified size bound is exercised too.
+    key = "k" * 1100
+    read = json.dumps({"key": key})
     command = [
-        sys.executable, "-m", "mcpcache", "check", "--json",
-        "--tool", "doc_dict", "--args", '{"key": "k"}',
-        "--tool", "doc_model", "--args", '{"key": "k"}',
-        "--mutate", "write_doc", "--args", '{"key": "k", "text": "k: second edition"}',
+        sys.executable, "-m", "mcpcache", "check", "--json", "--checks", str(checks),
+        "--tool", "doc_dict", "--args", read,
+        "--tool", "doc_model", "--args", read,
+        "--mutate", "write_doc", "--args", json.dumps({"key": key, "text": "k: second edition"}),
         "--", sys.executable, str(SERVE_SCRIPT), "sdk", "stdio",
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
@@ -89,3 +99,11 @@ def test_the_cli_checks_the_catalogue_server_over_stdio() -> None:
     # doc_model's output schema requires more than `kind`: its current tag gets the full answer.
     assert by_tool["doc_model"]["nm-schema"] == by_tool["doc_model"]["not-modified"] == "pass"
     assert report["counts"]["fail"] == 0
+    # The same run in the MCP conformance suite's checks.json form.
+    written = json.loads(checks.read_text())
+    jsonschema.validate(written, CHECKS_FILE)
+    assert checks.read_text().startswith('[\n  {\n    "id": "tool-revalidation-block",')
+    statuses = {(c["id"], c["details"]["subject"]): c["status"] for c in written}
+    assert statuses["tool-revalidation-mutation", "doc_dict"] == "SUCCESS"
+    assert statuses["tool-revalidation-nm-schema", "doc_model"] == "SUCCESS"
+    assert "FAILURE" not in statuses.values()

@@ -1,6 +1,8 @@
 """What a server check concludes, and its exit status: "conforms" (0) only when a tool with a tag went
-through the revalidation scenarios; "inconclusive" (3) when none could, naming each tool not called and
-what to add; "does not implement tool-result caching" (1) when no answer carried a cache block.
+through the revalidation scenarios and every required rule that applies was exercised; "incomplete" (3)
+when one was not, naming it and what would exercise it; "inconclusive" (3) when no tagged tool could be
+checked, naming each tool not called and what to add; "does not implement tool-result caching" (1) when no
+answer carried a cache block.
 
 The servers are real (tests/check/outsiders.py, the demo server, mcpcache's own), reached over memory
 streams by the check's stock MCP client, and over stdio through the `mcpcache check` command.
@@ -50,12 +52,15 @@ async def test_a_server_whose_only_tagged_tool_needs_arguments_is_inconclusive()
 
 
 @pytest.mark.anyio
-async def test_the_arguments_it_asked_for_make_it_conform() -> None:
+async def test_the_arguments_it_asked_for_make_it_checked_but_its_unchanging_answer_leaves_it_incomplete() -> None:
+    """`lookup` revalidates correctly, but nothing can change its answer: the mutation rule (a new tag after a
+    change) is never exercised, nor is the size bound on its tiny answer, so it never "conforms"."""
     named = await check(build_outsider("keyed"), CheckOptions(calls=(ToolCall("lookup", {"key": "k"}),)))
     from_file = await check(build_outsider("keyed"), CheckOptions(known_arguments={"lookup": {"key": "k"}}))
     for report in (named, from_file):
-        assert (report.outcome, report.exit_status) == ("conforms", 0), report.to_json()
+        assert (report.outcome, report.exit_status) == ("incomplete", 3), report.to_json()
         assert statuses(report, "lookup")["not-modified"] == "pass"
+        assert [scenario for scenario, _ in report.unexercised()] == ["nm-size", "mutation", "delta"]
     assert {s.name for s in from_file.subjects} == {"lookup", "status"}, "--args-from keeps the default choice"
 
 
@@ -75,9 +80,11 @@ async def test_a_server_that_stamps_nothing_does_not_implement_it() -> None:
 @pytest.mark.anyio
 async def test_the_demo_server_conforms_with_arguments_found_in_its_listing(tmp_path: Path) -> None:
     """No --tool: read_notebook's `path` comes from list_notebooks' answer, and read_cell's `index` from
-    the cells read_notebook answered with."""
+    the cells read_notebook answered with; one edit exercises the mutation rule (its answers carry no `_meta`
+    of their own, so the `_meta` rule does not apply)."""
     generate_notebook(tmp_path / "nb.ipynb", 4, seed=3)
-    report = await check(build_demo_server(tmp_path))
+    edit = ToolCall("edit_cell", {"path": "nb.ipynb", "index": 0, "source": "x = 2"})
+    report = await check(build_demo_server(tmp_path), CheckOptions(mutations=(edit,)))
     assert (report.outcome, report.exit_status) == ("conforms", 0), report.to_json()
     read = next(s for s in report.subjects if s.name == "read_notebook")
     assert read.arguments == {"path": "nb.ipynb"}
@@ -93,7 +100,11 @@ async def test_the_demo_server_conforms_with_arguments_found_in_its_listing(tmp_
     assert dict(report.skipped) == {
         "edit_cell": "neither declares a cache block nor is annotated read-only; name it with --tool"
     }
-    assert report.untried() == ["mutation", "meta", "delta"], "they need a --mutate"
+    assert statuses(report, "read_notebook")["mutation"] == "pass"
+    from mcpcache.check.render import outcome_line
+
+    assert outcome_line(report)[0] == "conforms: 38 pass, 13 n/a, 3 info", "no call asked for: one was given"
+    assert statuses(report, "read_notebook")["meta"] == "n/a"
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -123,9 +134,12 @@ def test_the_cli_exits_3_when_inconclusive_and_1_when_not_implemented(tmp_path: 
 
     arguments = tmp_path / "arguments.json"
     arguments.write_text(json.dumps({"lookup": {"key": "k"}}))
-    given = run_cli("--json", "--args-from", str(arguments), "--", sys.executable, str(OUTSIDERS), "keyed")
-    assert given.returncode == 0, given.stderr
-    assert json.loads(given.stdout)["outcome"] == "conforms"
+    given = run_cli("--args-from", str(arguments), "--", sys.executable, str(OUTSIDERS), "keyed")
+    assert given.returncode == 3, given.stderr
+    closing = " ".join(given.stdout.split()).rsplit("incomplete: ", 1)[-1]
+    assert closing.startswith("nothing failed (")
+    assert "not exercised: nm-size (needs arguments that make an answer larger than 1,024 B" in closing
+    assert "mutation (needs a mutating call that changes what the probed tools read" in closing
 
     arguments.write_text("[1]")
     refused = run_cli("--args-from", str(arguments), "--", sys.executable, str(OUTSIDERS), "keyed")

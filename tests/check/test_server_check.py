@@ -17,7 +17,7 @@ from mcp.client._memory import InMemoryTransport
 from mcpcache.check.core import Report, Verdict
 from mcpcache.check.probe import CheckOptions, Target, check_server
 from mcpcache.check.selection import ToolCall
-from mcpcache.check.server_rules import SERVER_SCENARIOS
+from mcpcache.check.suite import SERVER_SCENARIOS
 
 from .ours import build_ours
 from .quirky import BUMP_ARGS, EDIT_ARGS, READ_ARGS, Quirks, build_quirky
@@ -61,7 +61,7 @@ async def test_a_stub_the_output_schema_refuses_is_a_failure(kind: Any, checked:
         assert found["nm-schema"].status == "pass", found["nm-schema"]
         assert found["not-modified"].status == "pass", found["not-modified"]
         assert found["weak-compare"].status == "pass", found["weak-compare"]
-        assert report.ok
+        assert report.counts()["fail"] == 0
     else:
         assert found["nm-schema"].status == "fail", found["nm-schema"]
         assert "MUST NOT" in found["nm-schema"].detail
@@ -69,23 +69,56 @@ async def test_a_stub_the_output_schema_refuses_is_a_failure(kind: Any, checked:
 
 
 EVERY_SCENARIO = {s.id for s in SERVER_SCENARIOS}
+NOT_DECLARED = {"stale-windows": "n/a", "key-declaration": "n/a"}
+"""The follow-ups' server rows for a tool that grants no stale window and declares no key arguments."""
 
 
 @pytest.mark.parametrize("era", ["auto", "legacy"])
 async def test_the_hand_written_server_without_quirks_passes_every_scenario(era: Any) -> None:
     # No --tool: `read` is chosen because it is read-only and its first answer carries a block, and it
-    # is called with the example its input schema gives.
-    edited = await check(build_quirky(), mutations=(EDIT,), era=era)
-    assert [s.name for s in edited.subjects] == ["read"]
-    assert edited.subjects[0].arguments == READ_ARGS
-    assert {name for name, _ in edited.skipped} == {"edit", "bump"}, "tools that write are never called unasked"
+    # is called with the example its input schema gives. An edit, then a change of `_meta` alone: one run
+    # exercises the mutation rule and the `_meta` one.
+    both = await check(build_quirky(), mutations=(EDIT, BUMP), era=era)
+    assert [s.name for s in both.subjects] == ["read"]
+    assert both.subjects[0].arguments == READ_ARGS
+    assert {name for name, _ in both.skipped} == {"edit", "bump"}, "tools that write are never called unasked"
     # It sends no deltas (they are optional): the delta row has nothing to judge.
-    assert statuses(edited) == {**dict.fromkeys(EVERY_SCENARIO, "pass"), "meta": "n/a", "wire": "info", "delta": "n/a"}
-    assert edited.ok
+    expected = {**dict.fromkeys(EVERY_SCENARIO, "pass"), **NOT_DECLARED, "wire": "info", "delta": "n/a"}
+    assert statuses(both) == expected
+    assert (both.ok, both.unexercised()) == (True, [])
 
     bumped = await check(build_quirky(), READ, mutations=(BUMP,), era=era)
     assert statuses(bumped)["meta"] == "pass"
     assert statuses(bumped)["mutation"] == "n/a", "only _meta changed: the meta row judges it"
+
+
+async def test_it_never_says_conforms_while_a_required_rule_went_unexercised() -> None:
+    """Without a change of `_meta` alone, the `_meta` rule (a MUST) is never tried on a tool whose answers
+    carry `_meta` of their own; without any mutating call, neither is the mutation rule. The outcome is
+    "incomplete" (exit status 3), and the closing line names each rule and what would exercise it."""
+    from mcpcache.check.render import outcome_line
+
+    edited = await check(build_quirky(), READ, mutations=(EDIT,))
+    assert edited.counts()["fail"] == 0
+    assert (edited.outcome, edited.exit_status) == ("incomplete", 3)
+    assert [scenario for scenario, _ in edited.unexercised()] == ["meta"]
+    line, _ = outcome_line(edited)
+    assert line.startswith("incomplete: nothing failed (")
+    assert "not exercised: meta (needs a mutating call that changes only the `_meta` of an answer" in line
+    assert "conforms" not in line
+
+    # A mutating call that changed only `_meta`: the closing line says the one given did not change the
+    # content, rather than asking for a mutating call as if none had been named.
+    bumped = await check(build_quirky(), READ, mutations=(BUMP,))
+    line, _ = outcome_line(bumped)
+    assert [scenario for scenario, _ in bumped.unexercised()] == ["mutation"]
+    assert "(the --mutate calls given did not)" in line
+
+    unmutated = await check(build_quirky(), READ)
+    line, _ = outcome_line(unmutated)
+    assert [scenario for scenario, _ in unmutated.unexercised()] == ["mutation", "meta", "delta"]
+    assert "mutation (needs a mutating call that changes what the probed tools read" in line
+    assert "conforms" not in line
 
 
 @pytest.mark.parametrize("kind", ["fastmcp", "sdk"])
@@ -94,7 +127,10 @@ async def test_mcpcaches_own_servers_conform(kind: Any) -> None:
     assert report.ok, report.to_json()
     read = statuses(report, "read")
     # EDIT replaces the whole text with a short one: a delta would not be smaller than half the answer.
-    assert read == {**dict.fromkeys(EVERY_SCENARIO, "pass"), "meta": "n/a", "wire": "info", "delta": "n/a"}
+    # `read` answers no `_meta` of its own: the `_meta` rule has nothing to protect there (read_rev has).
+    expected = {**dict.fromkeys(EVERY_SCENARIO, "pass"), **NOT_DECLARED, "meta": "n/a", "wire": "info"}
+    assert read == {**expected, "delta": "n/a"}
+    assert statuses(report, "read_rev")["meta"] == "pass"
     rev = statuses(report, "read_rev")
     # read_rev builds its own result with a `_meta` revision; edit and bump change both text and revision.
     assert rev["mutation"] == "pass"
@@ -108,7 +144,8 @@ async def test_mcpcaches_own_servers_conform(kind: Any) -> None:
 
 async def test_a_server_that_sends_deltas_passes_the_delta_scenarios() -> None:
     report = await check(build_quirky(Quirks(deltas=True)), READ, mutations=(EDIT,))
-    assert statuses(report) == {**dict.fromkeys(EVERY_SCENARIO, "pass"), "meta": "n/a", "wire": "info"}
+    expected = {**dict.fromkeys(EVERY_SCENARIO, "pass"), **NOT_DECLARED, "meta": "n/a", "wire": "info"}
+    assert statuses(report) == expected
     assert "rebuilds the full answer; the digest matches" in verdicts(report)["delta"].detail
 
 
@@ -198,16 +235,23 @@ BROKEN: dict[str, tuple[Quirks, tuple[ToolCall, ...], str, str, str]] = {
     "a negative stale window": (
         Quirks(block={"staleWhileRevalidateMs": -1}),
         (),
-        "block",
+        "stale-windows",
         "fail",
         "staleWhileRevalidateMs -1 is negative",
     ),
     "a stale window that is not a number": (
         Quirks(block={"staleIfErrorMs": "10 min"}),
         (),
-        "block",
+        "stale-windows",
         "fail",
         "staleIfErrorMs '10 min' is not an integer",
+    ),
+    "a key-arguments declaration with both fields": (
+        Quirks(declaration={"ttlMs": 5000, "cacheScope": "private", "keyArguments": ["key"], "ignoreArguments": ["x"]}),
+        (),
+        "key-declaration",
+        "fail",
+        "both keyArguments and ignoreArguments are given",
     ),
     "an unknown scope": (Quirks(block={"cacheScope": "session"}), (), "block", "fail", "neither 'public' nor"),
     "a delta nobody asked for": (
@@ -262,17 +306,24 @@ async def test_a_broken_server_fails_the_scenario_it_breaks(case: str) -> None:
     verdict = verdicts(report)[scenario]
     assert (verdict.status, verdict.kind) == (status, "required" if status == "fail" else "recommended")
     assert detail in verdict.detail, verdict.detail
-    assert report.ok is (status != "fail")
+    assert (report.outcome == "does not conform") is (status == "fail")
 
 
 async def test_stale_windows_in_the_block_are_checked_as_durations() -> None:
     """Issue 23: the windows of docs/protocol.md section 12 are known fields (no "unknown fields" note), and
-    one over 24 h is noted as clamped, as a long ttlMs is."""
+    one over 24 h is noted as clamped, as a long ttlMs is (their own row, of the stale-serving proposal)."""
     windows = {"staleWhileRevalidateMs": 30_000, "staleIfErrorMs": 100_000_000}
-    verdict = verdicts(await check(build_quirky(Quirks(block=windows)), READ))["block"]
+    found = verdicts(await check(build_quirky(Quirks(block=windows)), READ))
+    assert found["block"].status == found["stale-windows"].status == "pass", found
+    assert "unknown fields" not in found["block"].detail
+    assert "staleIfErrorMs 100000000 is over 24 h; clients clamp it" in found["stale-windows"].detail
+
+
+async def test_a_well_formed_key_arguments_declaration_passes() -> None:
+    declared = {"ttlMs": 5000, "cacheScope": "private", "ignoreArguments": ["trace"]}
+    verdict = verdicts(await check(build_quirky(Quirks(declaration=declared)), READ))["key-declaration"]
     assert verdict.status == "pass", verdict
-    assert "unknown fields" not in verdict.detail
-    assert "staleIfErrorMs 100000000 is over 24 h; clients clamp it" in verdict.detail
+    assert "not in the input schema: trace" in verdict.detail
 
 
 def test_every_required_and_recommended_scenario_has_a_server_that_breaks_it() -> None:

@@ -1,7 +1,7 @@
 """Connecting a cached view the way a user does, with every message of the connection counted.
 
 `connect(view_kind, target, era, cache)` opens a stock client over a real transport (tests/support), with
-`mcpcache.bench.wire`'s counting transport underneath, and wraps it with `cache.wrap(...)`:
+`mcpcache.wire_count`'s counting transport underneath, and wraps it with `cache.wrap(...)`:
 "mcp" wraps the `mcp.Client`, "session" its `ClientSession`, "fastmcp" a `fastmcp.Client`. `Conn.call`
 returns the raw `mcp_types.CallToolResult` for every kind, so one assertion fits all three; the tests
 of what each client's own `call_tool` returns (FastMCP's `.data`) call the view directly.
@@ -19,9 +19,9 @@ import mcp_types as mt
 from stores.backends import FakeClock
 from support.transports import Era, ServerTarget, StockClient, stock_client
 
-from mcpcache.bench.wire import WireLog
 from mcpcache.client import CachedCall, ToolCache
 from mcpcache.protocol import META_KEY, NOT_MODIFIED_KEY
+from mcpcache.wire_count import WireLog
 
 ViewKind = Literal["mcp", "session", "fastmcp"]
 VIEW_KINDS: tuple[ViewKind, ...] = ("mcp", "session", "fastmcp")

@@ -4,7 +4,7 @@ equal to a stock client's full read, and takes at most 4 KiB from the server (th
 9.7 MB: the notebook as JSON text and again as structured content).
 
 The server is `mcpcache demo-server --http` in its own process; bytes are counted at the client's transport
-(`mcpcache.bench.wire`: each JSON-RPC message as serialised, HTTP and SSE framing left out)."""
+(`mcpcache.wire_count`: each JSON-RPC message as serialised, HTTP and SSE framing left out)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,11 @@ import pytest
 from mcp.client.streamable_http import streamable_http_client
 from support.transports import http_servers
 
-from mcpcache.bench.wire import CountingTransport, WireLog
 from mcpcache.bench.worker import HTTP_MAX_EVENT_BYTES
 from mcpcache.client import ToolCache
 from mcpcache.demo.notebooks import generate_notebook_of_size
 from mcpcache.stores import SQLiteStore
+from mcpcache.wire_count import CountingTransport, WireLog
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

@@ -34,9 +34,9 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from support.relay import Loss, Relay
 
-from mcpcache.bench.wire import CountingTransport
 from mcpcache.client import ToolCache, transport_guard
 from mcpcache.stores import MemoryStore
+from mcpcache.wire_count import CountingTransport
 
 pytestmark = pytest.mark.anyio
 

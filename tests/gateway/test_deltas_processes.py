@@ -21,11 +21,12 @@ import fastmcp
 import pytest
 from fastmcp.client.transports import StreamableHttpTransport
 
-from mcpcache.bench.wire import CountingFastMCPTransport, WireLog
+from mcpcache.bench.wire import CountingFastMCPTransport
 from mcpcache.demo.notebooks import generate_notebook_of_size
 from mcpcache.gateway.history import HISTORY_GROUP
 from mcpcache.processes import free_port, stop_process, wait_until_listening
 from mcpcache.stores import RedisStore
+from mcpcache.wire_count import WireLog
 
 from .deltas_support import ARGS, NOTEBOOK, READ, asking, delta_of, edit, patched, same_answer, tag_of
 

@@ -13,12 +13,12 @@ import pytest
 from support.tags import tag_of
 from support.transports import ERAS, Era, ServerTarget, stock_client
 
-from mcpcache.bench.wire import WireLog
 from mcpcache.client import ToolCache
 from mcpcache.gateway.app import Gateway, build_gateway
 from mcpcache.gateway.config import quick_config
 from mcpcache.protocol import META_KEY
 from mcpcache.stores import MemoryStore
+from mcpcache.wire_count import WireLog
 
 from .conftest import BIG_NOTEBOOK, NOTEBOOK, Cluster, demo_command
 from .test_gateway import block_of

@@ -84,7 +84,13 @@ def digest_float(number: float) -> str:
     return f"{sign}{ds[0]}{'.' + ds[1:] if k > 1 else ''}e{'+' if e > 0 else '-'}{abs(e)}"
 
 
-def write(value: Any, form: str) -> str:
+MAX_DEPTH = 100
+
+
+def write(value: Any, form: str, room: int = MAX_DEPTH) -> str:
+    """`room`: how many more levels of arrays and objects the value may hold."""
+    if type(value) in (list, dict) and room < 1:
+        raise NoCanonicalForm("nested too deeply")
     if value is None:
         return "null"
     if value is True or value is False:
@@ -99,10 +105,10 @@ def write(value: Any, form: str) -> str:
     if type(value) is str:
         return string(value)
     if type(value) is list:
-        return "[" + ",".join(write(item, form) for item in value) + "]"
+        return "[" + ",".join(write(item, form, room - 1) for item in value) + "]"
     if type(value) is dict:
         order = sorted(value) if form == "tag" else sorted(value, key=lambda name: name.encode("utf-16-be"))
-        return "{" + ",".join(f"{string(name)}:{write(value[name], form)}" for name in order) + "}"
+        return "{" + ",".join(f"{string(name)}:{write(value[name], form, room - 1)}" for name in order) + "}"
     raise NoCanonicalForm(f"{type(value).__name__} is not JSON")
 
 
@@ -111,8 +117,8 @@ def canonical(value: Any, form: str) -> bytes:
     return write(value, form).encode("utf-8")
 
 
-def answer_document(result: dict[str, Any], dropped: tuple[str, ...]) -> dict[str, Any]:
-    meta = {k: v for k, v in (result.get("_meta") or {}).items() if k not in dropped}
+def answer_document(result: dict[str, Any]) -> dict[str, Any]:
+    meta = {k: v for k, v in (result.get("_meta") or {}).items() if k not in (CACHE_KEY, SERVER_INFO_KEY)}
     return {
         "content": result.get("content", []),
         "meta": meta or None,
@@ -121,10 +127,10 @@ def answer_document(result: dict[str, Any], dropped: tuple[str, ...]) -> dict[st
 
 
 def tag(result: dict[str, Any]) -> str:
-    document = answer_document(result, (CACHE_KEY,))
+    document = answer_document(result)
     return 'W/"' + xxhash.xxh3_128_hexdigest(canonical(document, "tag")) + '"'
 
 
 def digest(result: dict[str, Any]) -> str:
-    document = answer_document(result, (CACHE_KEY, SERVER_INFO_KEY))
+    document = answer_document(result)
     return "sha256:" + hashlib.sha256(canonical(document, "digest")).hexdigest()

@@ -1,9 +1,10 @@
 """The tag of a tool answer as it arrived at a client, for tests that check what a server stamped.
 
-The tag covers the answer's `_meta` as the tool (and its framework) answered, without the cache block.
-On 2026-07-28 the MCP SDK then stamps `io.modelcontextprotocol/serverInfo` into every result's `_meta`
-on its way out (outside any extension or middleware, so after the tag is computed); it describes the
-server, not the answer, and is absent on 2025-11-25. Recomputing a tag from what arrived leaves it out.
+The tag covers the answer's `_meta` as the tool (and its framework) answered, without the cache block
+and without `io.modelcontextprotocol/serverInfo`, which the MCP SDK stamps into every result's `_meta`
+on 2026-07-28 on its way out (after the tag is computed); it describes the server, not the answer, and
+is absent on 2025-11-25. `content_tag` leaves both out, so a tag recomputed from what arrived is the one
+the server stamped; `answered_meta` is what the tool answered, for tests that compare `_meta` itself.
 """
 
 from __future__ import annotations
@@ -24,4 +25,4 @@ def answered_meta(result: mt.CallToolResult) -> dict[str, Any] | None:
 
 def tag_of(result: mt.CallToolResult) -> str:
     """The content tag of what arrived: content, structuredContent and `_meta` (block and stamp left out)."""
-    return content_tag(result.content, result.structured_content, answered_meta(result))
+    return content_tag(result.content, result.structured_content, result.meta)

@@ -4,7 +4,7 @@ A `ServerTarget` says where a server is: an in-process object (memory streams), 
 transport starts (stdio), or a URL (streamable HTTP; `http_server` runs one in a subprocess).
 `stock_client(client_kind, target, era)` yields a connected, unmodified `mcp.Client` or
 `fastmcp.Client`, and refuses to yield one that negotiated another era than the one asked for. Given a
-`log` (`mcpcache.bench.wire.WireLog`), every message of the connection is recorded at the transport;
+`log` (`mcpcache.wire_count.WireLog`), every message of the connection is recorded at the transport;
 other keyword arguments go to the client's constructor (e.g. `message_handler=`).
 
 Era is forced the same way for both clients: `mode="auto"` negotiates 2026-07-28 through
@@ -30,8 +30,9 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
 
-from mcpcache.bench.wire import CountingFastMCPTransport, CountingTransport, WireLog
+from mcpcache.bench.wire import CountingFastMCPTransport
 from mcpcache.processes import accepts, free_port, stop_process
+from mcpcache.wire_count import CountingTransport, WireLog
 
 ServerKind = Literal["fastmcp", "sdk"]
 ClientKind = Literal["mcp", "fastmcp"]

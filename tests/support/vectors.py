@@ -40,9 +40,16 @@ VALUES: list[tuple[str, str]] = [
     ("strings: left as they are", '"/ \\u007f \\u2028 \\u00e9 \\u20ac \\ud83d\\ude00 \\ufeff"'),
     ("string with an unpaired surrogate: no form", '"\\ud800"'),
     ("non-ASCII in keys and values", '{"na\\u00efve":"caf\\u00e9","\\u65e5\\u672c":"\\u8a9e"}'),
+    ("duplicate member names: the last one wins", '{"a":1,"b":2,"a":3}'),
+    ("nested 100 levels deep: the deepest with a form", "[" * 99 + "{}" + "]" * 99),
+    ("nested 101 levels deep: no form", "[" * 100 + "{}" + "]" * 100),
+    (
+        "an answer document nested 101 levels deep (the document is level 1): no form",
+        '{"content":[],"meta":null,"structuredContent":' + "[" * 99 + "{}" + "]" * 99 + "}",
+    ),
 ]
 
-ANSWERS: list[tuple[str, dict[str, Any]]] = [
+ANSWERS: list[tuple[str, dict[str, Any] | str]] = [
     (
         "read_cell with a _meta key of its own (docs/protocol.md section 2)",
         {
@@ -90,7 +97,7 @@ ANSWERS: list[tuple[str, dict[str, Any]]] = [
         },
     ),
     (
-        "as received on 2026-07-28: serverInfo is outside the digest",
+        "as received on 2026-07-28: serverInfo is outside the tag and the digest",
         {
             "content": [{"type": "text", "text": "x = 1"}],
             "structuredContent": {"kind": "cell"},
@@ -101,7 +108,19 @@ ANSWERS: list[tuple[str, dict[str, Any]]] = [
             },
         },
     ),
+    (
+        "duplicate member names in the JSON text: the last one wins",
+        '{"content": [{"type": "text", "text": "old", "text": "x = 1"}], "structuredContent": {"kind": "cell"}, '
+        '"_meta": {"io.jupyter-mcp/cell_id": "c0", "io.jupyter-mcp/cell_id": "c1"}}',
+    ),
+    (
+        "structured content nested so that the document is 100 levels deep: the deepest with a tag",
+        {"content": [], "structuredContent": {"kind": "deep", "rows": json.loads("[" * 97 + "{}" + "]" * 97)}},
+    ),
 ]
+
+DROPPED = ("io.modelcontextprotocol/cache", "io.modelcontextprotocol/serverInfo")
+"""The `_meta` keys outside the answer document: the cache block and the SDK's serverInfo."""
 
 
 def _text(data: bytes | None) -> str | None:
@@ -138,36 +157,33 @@ def build() -> dict[str, Any]:
             }
         )
     answers = []
-    for name, result in ANSWERS:
+    for name, given in ANSWERS:
+        # An answer given as text is kept as written (duplicate names survive only in text).
+        text = given if isinstance(given, str) else json.dumps(given, ensure_ascii=False)
+        result = json.loads(text)
         meta = result.get("_meta")
         content, structured = result.get("content", []), result.get("structuredContent")
         document = {
             "content": content,
-            "meta": {k: v for k, v in (meta or {}).items() if k != "io.modelcontextprotocol/cache"} or None,
+            "meta": {k: v for k, v in (meta or {}).items() if k not in DROPPED} or None,
             "structuredContent": structured,
         }
-        digest_document = {
-            **document,
-            "meta": {k: v for k, v in (document["meta"] or {}).items() if k != "io.modelcontextprotocol/serverInfo"}
-            or None,
-        }
-        received = "serverInfo" in name
         answers.append(
             {
                 "name": name,
-                "result": json.dumps(result, ensure_ascii=False),
-                # A server never sees serverInfo (the SDK adds it after the tool answered): no tag vector.
-                "tagForm": None if received else _text(canonical_json(document)),
-                "tag": None if received else content_tag(content, structured, meta),
-                "digestForm": _text(attempt(jcs, digest_document)),
+                "result": text,
+                "tagForm": _text(canonical_json(document)),
+                "tag": content_tag(content, structured, meta),
+                "digestForm": _text(attempt(jcs, document)),
                 "digest": attempt(lambda parts: answer_digest(*parts), (content, structured, meta)),
             }
         )
     return {
         "about": (
-            "Test vectors for the canonical forms, the tag and the digest of docs/extension.md "
-            "('Canonical forms', 'Entity tags', 'The digest'). Inputs are JSON text ('json', 'result'); "
-            "expected outputs are UTF-8 text (and hex); null means the input has no such form."
+            "Test vectors for the canonical forms and the entity tag of docs/extension.md ('Canonical forms', "
+            "'Entity tags') and the digest of docs/seps/deltas.md ('The digest'). Inputs are JSON text ('json', "
+            "'result'), parsed keeping the last of duplicate member names; expected outputs are UTF-8 text (and "
+            "hex); null means the input has no such form. Every answer has a tag."
         ),
         "values": values,
         "answers": answers,

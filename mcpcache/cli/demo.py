@@ -103,7 +103,8 @@ def demo_server(
         server.run(transport="stdio", show_banner=False)
     else:
         say(f"mcpcache: serving {directory.resolve()} at http://127.0.0.1:{http}/mcp")
-        server.run(transport="http", host="127.0.0.1", port=http, show_banner=False)
+        # Host and Origin checked (DNS rebinding): a web page cannot reach it through a name of its own.
+        server.run(transport="http", host="127.0.0.1", port=http, show_banner=False, host_origin_protection="auto")
 
 
 def _demo_folder() -> Path:

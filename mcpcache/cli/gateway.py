@@ -114,6 +114,8 @@ def gateway(
 
     async def serve_when_reached() -> int:
         try:
+            if gateway.store is not None:
+                await gateway.store.prepare()  # a cluster's client learns the cluster before the first caller
             failed = await reach_upstreams(gateway.upstreams)
             if failed:
                 print(f"mcpcache gateway: {'; '.join(_unreachable(up, why) for up, why in failed)}", file=sys.stderr)
@@ -161,6 +163,9 @@ async def _serve(gateway: Gateway, serve: ServeSettings, bound: int) -> None:
         },
         # None leaves FastMCP's own setting (FASTMCP_JSON_RESPONSE) in charge, as before the key existed.
         json_response=True if serve.json_response else None,
+        # Host and Origin checked on a loopback bind (DNS rebinding), and on any bind for named hosts.
+        host_origin_protection="auto",
+        allowed_hosts=list(serve.allowed_hosts) or None,
     )
 
 

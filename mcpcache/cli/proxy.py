@@ -91,7 +91,8 @@ def proxy(
         typer.Option(
             "--upstream-era",
             metavar="ERA",
-            help="How to talk to the server: legacy (the initialize handshake) or auto (2026-07-28 if it offers it).",
+            help="The era of the session opened at start: legacy (the initialize handshake) or auto (2026-07-28 if "
+            "the server offers it). Hosts are then served in their own era either way.",
         ),
     ] = "legacy",
     quiet: Annotated[

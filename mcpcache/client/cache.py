@@ -42,6 +42,7 @@ from mcpcache.client.flights import Flights
 from mcpcache.client.keeping import Keeping
 from mcpcache.client.keyrules import KeyRules, overrides
 from mcpcache.client.keys import Arm, CallIdentity, plain_arguments, readable_server
+from mcpcache.client.leaves import LeafMemo
 from mcpcache.client.managing import remember
 from mcpcache.client.outcomes import CacheStats, CallOutcome, Status
 from mcpcache.client.patching import Patched, Unpatched, patch_answer
@@ -240,6 +241,7 @@ class ToolCache(StaleServing, Keeping):
         self.stats = CacheStats()
         self._telemetry = ClientTelemetry(tracer_provider, meter_provider)
         self._tier = DecodedTier(max_answer_bytes if decoded_tier_bytes is None else decoded_tier_bytes)
+        self._leaves = LeafMemo()
         self.read_only_views = read_only_views
         self._deferred = Deferred.of(self.store)
         """Store writes started beside the calls that asked for them (see `mcpcache.client.background`)."""
@@ -553,6 +555,7 @@ class ToolCache(StaleServing, Keeping):
             self._ended_here(mark_key, call_mark),
             server_mark.meta.get("endedAt") if server_mark is not None else None,
             call_mark_item.meta.get("endedAt") if call_mark_item is not None else None,
+            self._lost_at([key, mark_key, call_mark]),
         )
         now = self.clock()
         decision = decide_lookup("use", entry, now, ended)
@@ -600,9 +603,17 @@ class ToolCache(StaleServing, Keeping):
             self._ended_here(mark_key, call_mark),
             server_mark.meta.get("endedAt") if server_mark is not None else None,
             call_mark_item.meta.get("endedAt") if call_mark_item is not None else None,
+            self._lost_at(keys),
         )
         entry = found.entry if found is not None else None
         return _Looked(found, ended, decide_lookup(mode, entry, self.clock(), ended))
+
+    def _lost_at(self, keys: list[str]) -> float | None:
+        """When the store may have lost writes to these keys (a Redis failover or restart), on this cache's
+        clock: a freshness mark may have been among them, so it counts as a freshness end (an entry whose
+        freshness was granted before it is revalidated, never served fresh)."""
+        lost = self.store.lost_before(keys)
+        return None if lost is None else self.clock() - max(0.0, self.store.now() - lost)
 
     async def _answer_of(self, found: Found) -> CallToolResult | _Unserved:
         """A private copy of the stored answer `found` names (with `read_only_views`, the held answer itself):
@@ -787,7 +798,8 @@ class ToolCache(StaleServing, Keeping):
             if base is _Unserved.UNREADABLE:
                 await self._remove(found.key)
             return f"the delta's base is not held: {base.value}"
-        made = patch_answer(base, decision.delta, reply.meta, self.meta_key)
+        held = self._leaves.get(found.key, found.item.tag, found.item.checksum)
+        made = patch_answer(base, decision.delta, reply.meta, self.meta_key, base_leaves=held)
         match made:
             case Unpatched():
                 return made.reason
@@ -804,7 +816,16 @@ class ToolCache(StaleServing, Keeping):
         reason = f"{lookup_reason}; {decision.reason}; {made.reason}"
         reply_bytes = result_bytes(reply)
         return await self._keep(
-            conn, identity, key, found, decision.then, result, "patched", reason, patched_by=reply_bytes
+            conn,
+            identity,
+            key,
+            found,
+            decision.then,
+            result,
+            "patched",
+            reason,
+            patched_by=reply_bytes,
+            leaves=made.leaves,
         )
 
     async def _serve_stored(

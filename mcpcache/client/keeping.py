@@ -20,6 +20,7 @@ from mcp_types import CallToolResult
 from mcpcache.client.contracts import Connection
 from mcpcache.client.entries import Found, encode_entry, entry_item, stored_size_at_least
 from mcpcache.client.keys import CallIdentity, readable_server
+from mcpcache.client.leaves import LeafMemo
 from mcpcache.client.managing import Managing
 from mcpcache.client.outcomes import CacheStats, CallOutcome, Status
 from mcpcache.client.policy import (
@@ -34,6 +35,7 @@ from mcpcache.client.policy import (
     store_arm,
 )
 from mcpcache.client.tier import copy_result, hold
+from mcpcache.delta.tree import Leaves
 from mcpcache.protocol import parse_cache_block
 from mcpcache.sizes import bytes_saved, result_bytes
 from mcpcache.stores.base import Item, body_checksum
@@ -52,6 +54,7 @@ class Keeping(Managing):
     read_only_views: bool
     keep_stale_s: float
     max_answer_bytes: int
+    _leaves: LeafMemo
 
     def _expires_at(self, meta: EntryMeta) -> float:
         """When the store may drop the entry, on the store's clock (which judges it), not the cache's."""
@@ -70,9 +73,11 @@ class Keeping(Managing):
         lookup_reason: str,
         *,
         patched_by: int | None = None,
+        leaves: Leaves | None = None,
     ) -> tuple[CallToolResult, CallOutcome]:
         """Return `reply` and keep it as `decision` says. `patched_by`: `reply` was built from a delta reply
-        of that many bytes (what it saved is the answer's bytes less those)."""
+        of that many bytes (what it saved is the answer's bytes less those); `leaves`: its tree digest's leaf
+        hashes, kept beside it once it is stored (`mcpcache.client.leaves`)."""
         await self._after_server_answer(conn, identity.tool, reply)
         encoded = None
         if isinstance(decision, StoreAnswer):
@@ -121,7 +126,10 @@ class Keeping(Managing):
             copy = reply if self.read_only_views else copy_result(reply)
 
             async def write() -> None:
-                if not await self._save_and_hold(own, item, meta, identity, lambda: copy):
+                if await self._save_and_hold(own, item, meta, identity, lambda: copy):
+                    if leaves is not None:
+                        self._leaves.put(own, meta.etag, body_checksum(item.body), leaves)
+                else:
                     # The outcome counted it as stored when it was returned; the store kept a newer answer or failed.
                     self.stats.stored -= 1
                     self.stats.not_stored += 1

@@ -24,7 +24,8 @@ from typing import Any, Literal, TypeGuard, get_args
 from mcp.client.caching import CacheMode
 
 from mcpcache.client.keys import Arm
-from mcpcache.delta.spec import FORMAT, MAX_OPS
+from mcpcache.delta import FORMATS
+from mcpcache.delta.spec import MAX_OPS
 from mcpcache.protocol import (
     NOT_MODIFIED_KEY,
     STALE_IF_ERROR_KEY,
@@ -297,7 +298,7 @@ class ApplyDelta:
 
 Reply = ReturnUnstored | StoreAnswer | ServeStored | RepeatWithoutTag | ApplyDelta
 
-DELTA_FORMATS: tuple[str, ...] = (FORMAT,)
+DELTA_FORMATS: tuple[str, ...] = FORMATS
 """The delta formats the client cache applies, in its order of preference (docs/protocol.md section 11)."""
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+from cachetools import LRUCache
 from fastmcp import Client, FastMCP
 from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
 from fastmcp.server.auth import TokenVerifier
@@ -34,10 +35,12 @@ from mcpcache.gateway.config import (
     UpstreamSettings,
 )
 from mcpcache.gateway.decisions import Route
+from mcpcache.gateway.declared import Declared, client_options
 from mcpcache.gateway.deltas import GatewayDeltas
 from mcpcache.gateway.history import DEFAULT_HISTORY_BYTES, StoreHistory
 from mcpcache.gateway.memory import ReleaseMemoryAfterLargeAnswers
 from mcpcache.gateway.middleware import GatewayMiddleware, PartitionCaches
+from mcpcache.gateway.passthrough import PassedUpstream, SubscriberFactory, install_passthrough
 from mcpcache.gateway.stderr import StderrRelay
 from mcpcache.server.fastmcp import RevalidationCapability
 from mcpcache.stores import opening
@@ -62,6 +65,9 @@ connection before the gateway closes it. With uvicorn's 5 s the two expire toget
 caller sends on a connection in that moment is reset before any answer (the MCP SDK then ends the whole
 session: modelcontextprotocol/python-sdk#3522)."""
 
+DECLARATIONS_KEPT = 64
+"""How many distinct caller declarations (capabilities, clientInfo) an HTTP upstream keeps a client for."""
+
 STDIO_ERA = "stdio:auto"
 """The era part of store keys for a stdio upstream: one long-lived session, negotiated once (`mode="auto"`)."""
 
@@ -80,6 +86,8 @@ class Upstream:
     """Ends what the upstream keeps running between calls (a stdio upstream's process)."""
     stderr: StderrRelay | None = None
     """A stdio upstream's stderr, held until it has answered (`reach_upstreams`), then passed on."""
+    subscriber: SubscriberFactory | None = None
+    """Opens a session of its own for one caller's resource subscriptions (HTTP upstreams only)."""
 
 
 def _headers(settings: UpstreamSettings, environ: Mapping[str, str]) -> dict[str, str]:
@@ -89,15 +97,28 @@ def _headers(settings: UpstreamSettings, environ: Mapping[str, str]) -> dict[str
     return headers
 
 
-def _front_era_mode() -> str | None:
+@dataclass(frozen=True)
+class _Front:
+    """The caller of the request being served, as the upstream must see it."""
+
+    mode: str
     """The connect mode that makes the upstream speak the caller's era (as FastMCP's own proxy does)."""
+    declared: Declared
+
+
+def _front() -> _Front | None:
+    """The caller of the request being served; None outside a request (the start-up check, say)."""
     try:
-        request = get_context().request_context
+        ctx = get_context()
+        request = ctx.request_context
     except RuntimeError:
         return None
     if request is None:
         return None
-    return request.protocol_version if request.protocol_version in MODERN_PROTOCOL_VERSIONS else "legacy"
+    mode = request.protocol_version if request.protocol_version in MODERN_PROTOCOL_VERSIONS else "legacy"
+    session = ctx.session
+    params = session.client_params
+    return _Front(mode, Declared.of(session.client_capabilities, params.client_info if params else None))
 
 
 def upstream_of(
@@ -127,16 +148,32 @@ def upstream_of(
         http = StreamableHttpTransport(
             settings.url, headers=headers, verify=httpx2.create_ssl_context(), max_sse_event_size=None
         )
-        base: ProxyClient[Any] = ProxyClient(http, forward_incoming_headers=settings.forward_headers)
+        forward = settings.forward_headers
+        base: ProxyClient[Any] = ProxyClient(http, forward_incoming_headers=forward)
+        # One client to copy per distinct caller declaration (capabilities and clientInfo), most recent kept.
+        declared_bases: LRUCache[Declared, ProxyClient[Any]] = LRUCache(maxsize=DECLARATIONS_KEPT)
 
         def http_factory() -> Client[Any]:
-            fresh = base.new()
-            mode = _front_era_mode()
-            if mode is not None:
-                fresh.mode = mode
+            front = _front()
+            if front is None:
+                return base.new()
+            template = declared_bases.get(front.declared)
+            if template is None:
+                options = client_options(front.declared)
+                template = ProxyClient(http, forward_incoming_headers=forward, **options)
+                declared_bases[front.declared] = template
+            fresh = template.new()
+            fresh.mode = front.mode
             return fresh
 
-        return Upstream(name, settings, server_id, http_factory, None)
+        def subscriber(declared: Declared, handler: Callable[[Any], Any]) -> Client[Any]:
+            # Subscriptions are of the handshake era (2026-07-28 has subscriptions/listen instead).
+            options = client_options(declared)
+            return ProxyClient(
+                http, forward_incoming_headers=forward, message_handler=handler, mode="legacy", **options
+            )
+
+        return Upstream(name, settings, server_id, http_factory, None, subscriber=subscriber)
     assert settings.command is not None
     program, *args = settings.command
     env = dict(settings.env) if settings.env is not None else None
@@ -245,13 +282,18 @@ def assemble_gateway(
         raise ValueError(why)
     # The gateway answers discovery itself (FastMCP's ProxyMetadataMiddleware would ask the upstream during
     # every caller's handshake, so a slow or down upstream would fail callers' connections).
-    server: FastMCP[Any] = FastMCP(config.gateway.name, instructions=config.gateway.instructions, auth=auth)
+    # Tool schemas are relayed as the upstream wrote them (`$defs`, `$ref`, `$anchor`: JSON Schema 2020-12).
+    server: FastMCP[Any] = FastMCP(
+        config.gateway.name, instructions=config.gateway.instructions, auth=auth, dereference_schemas=False
+    )
     routes: dict[str, Route] = {}
     for upstream in upstreams:
         server.add_provider(ProxyProvider(upstream.client_factory), namespace=upstream.settings.namespace or "")
         for tool, tool_settings in upstream.settings.tools.items():
             public = upstream.settings.public_name(tool)
-            routes[public] = Route(public, upstream.name, tool, upstream.server_id, tool_settings, upstream.era)
+            trust = upstream.settings.trust_upstream_tags
+            route = Route(public, upstream.name, tool, upstream.server_id, tool_settings, upstream.era, trust)
+            routes[public] = route
     caches = None
     deltas = None
     meta_key = config.gateway.meta_key
@@ -279,6 +321,10 @@ def assemble_gateway(
         meta_key=meta_key,
         deltas=deltas,
         meter_provider=meter_provider,
+    )
+    install_passthrough(
+        server,
+        [PassedUpstream(up.name, up.settings.namespace or "", up.client_factory, up.subscriber) for up in upstreams],
     )
     server.middleware.insert(0, middleware)
     server.middleware.insert(0, ReleaseMemoryAfterLargeAnswers())

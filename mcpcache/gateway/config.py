@@ -25,6 +25,7 @@ from mcpcache.gateway.toml_lines import TomlLines
 from mcpcache.key_arguments import KeyArguments
 from mcpcache.protocol import MAX_TTL_MS, META_KEY, Scope
 from mcpcache.server.history import DEFAULT_HISTORY_BYTES
+from mcpcache.stores.redis_shards import CLUSTER_SCHEMES, REDIS_URL_FORMS, SINGLE_SCHEMES
 
 __all__ = [
     "AuthSettings",
@@ -123,6 +124,11 @@ class UpstreamSettings(_Strict):
     """Prefix for the upstream's tools, prompts and resources (`NS_tool`), needed when two upstreams share names."""
     forward_headers: bool = False
     """HTTP only: send each caller's HTTP headers (its Authorization included) upstream with the call."""
+    trust_upstream_tags: bool = Field(default=True, strict=True)
+    """false: the gateway validates with its own tags only: it never forwards a tag to this upstream and
+    never takes the upstream's tag or not-modified reply for the answer's; it hashes every answer itself
+    (content, structured content and `_meta`). For an upstream whose tags do not cover everything its
+    answers carry (docs/gateway.md, "Upstreams that already stamp")."""
     tools: dict[str, ToolSettings] = Field(default_factory=dict)
 
     @field_validator("url")
@@ -183,8 +189,8 @@ class StoreSettings(_Strict):
     @field_validator("redis")
     @classmethod
     def _redis(cls, value: str | None) -> str | None:
-        if value is not None and not re.match(r"(redis|rediss|unix)://", value):
-            raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        if value is not None and not value.startswith((*SINGLE_SCHEMES, *CLUSTER_SCHEMES)):
+            raise ValueError(f"must be {REDIS_URL_FORMS}")
         return value
 
     @field_validator("namespace")
@@ -276,6 +282,11 @@ class ServeSettings(_Strict):
     http: Literal["auto", "h11", "httptools"] = "auto"
     """uvicorn's HTTP/1.1 parser: "auto" takes httptools (in C, installed with mcpcache[cli]) when it can be
     imported, else h11 (pure Python): a few tenths of a millisecond of CPU per request between them."""
+    allowed_hosts: tuple[str, ...] = ()
+    """Host names callers may reach the gateway by besides its own address and localhost (a name a reverse
+    proxy in front of it passes on, say): any other Host, or an Origin of another site, is refused (421/403)
+    on a loopback bind, which is what stops a web page from reaching it by DNS rebinding. When set, Host
+    is checked on any bind. Ports are not compared; "*.example.com" names the subdomains."""
     access_log: bool = Field(default=False, strict=True)
     """uvicorn's line per request on stderr ("POST /mcp 200"): off unless asked for, since writing it costs
     about 7 % of a replica's CPU per fresh hit, half of what the cache's own work takes (a fresh hit's

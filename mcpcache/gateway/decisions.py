@@ -60,6 +60,8 @@ class Route:
     settings: ToolSettings
     era: str | None = None
     """The protocol era in store keys; None: the caller's (an upstream that speaks each caller's era)."""
+    trust_tags: bool = True
+    """False: the upstream's own tags are neither sent to it nor taken from it (`trust_upstream_tags`)."""
 
     @functools.cached_property
     def key_rule(self) -> KeyArguments | None:
@@ -156,11 +158,22 @@ def _configured_or_upstream(configured: int | None, upstream: int | None) -> int
 
 
 def read_upstream(
-    settings: ToolSettings, upstream: CacheBlock | None, forwarded: str | None, *, is_error: bool
+    settings: ToolSettings,
+    upstream: CacheBlock | None,
+    forwarded: str | None,
+    *,
+    is_error: bool,
+    trust_tags: bool = True,
 ) -> UpstreamReading:
     """`upstream`: the cache block on the upstream's answer (None: it sent none); `forwarded`: the tag the
-    gateway sent upstream with the call (None: an ordinary call)."""
+    gateway sent upstream with the call (None: an ordinary call); `trust_tags` False: the upstream's tag is
+    not the answer's (the answer is hashed), and its not-modified replies confirm nothing."""
     policy = effective_policy(settings, upstream)
+    if not trust_tags and upstream is not None:
+        if upstream.not_modified:
+            return AskAgainWithoutTag("the upstream's tags are not trusted (trust_upstream_tags = false)")
+        if settings.etag:
+            return TagFromAnswer(policy, "tagged from the answer (the upstream's tags are not trusted)")
     if upstream is not None and upstream.not_modified:
         why = unconfirmed(upstream, forwarded, is_error=is_error)
         if why is not None or upstream.etag is None:
@@ -175,13 +188,14 @@ def read_upstream(
     return TagFromAnswer(policy, "configured not to tag")
 
 
-def forwarded_tag(settings: ToolSettings, requested: str | None) -> str | None:
-    """The tag sent upstream with a call: the one the caller (or the store) holds, when the tool is tagged.
+def forwarded_tag(settings: ToolSettings, requested: str | None, *, trust_tags: bool = True) -> str | None:
+    """The tag sent upstream with a call: the one the caller (or the store) holds, when the tool is tagged
+    and the upstream's tags are trusted (a tag of the gateway's own would mean nothing to it).
 
     An upstream that never heard of mcpcache ignores it; one that stamps its own tags answers
     not-modified itself, which saves the bytes between it and the gateway (and, with a validator, its work).
     """
-    return requested if settings.etag else None
+    return requested if settings.etag and trust_tags else None
 
 
 # Through the store, or not ------------------------------------------------------------------------

@@ -333,9 +333,9 @@ class _Leg:
             answer = _read_answer(result)
             if answer is None:
                 return _Relayed(result)  # a request for input goes back to the caller as it came
-            reading = read_upstream(
-                settings, reply_block(result.meta, self.meta_key), forwarded, is_error=answer.is_error
-            )
+            block = reply_block(result.meta, self.meta_key)
+            trust = self.route.trust_tags
+            reading = read_upstream(settings, block, forwarded, is_error=answer.is_error, trust_tags=trust)
             logger.debug("tool %r: %s", name, reading.reason)
             match reading:
                 case AskAgainWithoutTag():
@@ -373,7 +373,7 @@ class _Leg:
 
     async def answer(self, requested: str | None) -> ToolResult:
         """The upstream's answer stamped for a caller holding `requested`: stamped, or a not-modified reply."""
-        fetched = await self.fetch(forwarded_tag(self.route.settings, requested))
+        fetched = await self.fetch(forwarded_tag(self.route.settings, requested, trust_tags=self.route.trust_tags))
         if isinstance(fetched, _Confirmed) and (refused := self.refusal(fetched.reply)) is not None:
             # The upstream confirmed the caller's tag with a stub the tool's schema refuses: the caller may
             # not be sent it, and the gateway holds no answer of its own, so it asks for the answer.
@@ -432,7 +432,9 @@ class _UpstreamConnection:
     ) -> mt.CallToolResult | None:
         settings = self.leg.route.settings
         cached = requested_etag(meta, self.meta_key)
-        fetched = await self.leg.fetch(forwarded_tag(settings, cached or self.requested))
+        fetched = await self.leg.fetch(
+            forwarded_tag(settings, cached or self.requested, trust_tags=self.leg.route.trust_tags)
+        )
         match fetched:
             case _Relayed(result=result):
                 self._other = result

@@ -175,6 +175,13 @@ class CachingMiddleware(Middleware):
         self.cache = link.cache
         self.references = references
 
+    async def on_request(self, context: MiddlewareContext[Any], call_next: CallNext[Any, Any]) -> Any:
+        # Every host request is served on the upstream session of its era and declared capabilities.
+        ctx = context.fastmcp_context
+        if ctx is not None and context.method != "initialize":
+            await self.link.use(ctx)
+        return await call_next(context)
+
     async def on_list_tools(
         self, context: MiddlewareContext[mt.ListToolsRequest], call_next: CallNext[mt.ListToolsRequest, Sequence[Tool]]
     ) -> Sequence[Tool]:

@@ -21,6 +21,7 @@ from fastmcp.server.providers.proxy import FastMCPProxy
 
 from mcpcache.client.cache import ToolCache
 from mcpcache.client.identity import shown_url
+from mcpcache.gateway.passthrough import PassedUpstream, install_passthrough
 from mcpcache.proxy.calls import CachingMiddleware
 from mcpcache.proxy.link import UpstreamLink
 from mcpcache.proxy.settings import HttpUpstream, ProxySettings, StoreChoice
@@ -66,6 +67,8 @@ def build_proxy(link: UpstreamLink, references: References | None) -> FastMCPPro
         dereference_schemas=False,
     )
     server.add_middleware(CachingMiddleware(link, references))
+    # Completion and resource subscriptions, which FastMCP's proxy does not pass through.
+    install_passthrough(server, [PassedUpstream("upstream", "", lambda: link.client, link.subscriber)])
     return server
 
 

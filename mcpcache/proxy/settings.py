@@ -19,6 +19,7 @@ import mcp_types as mt
 
 from mcpcache.client.identity import credentials_digest, environment_digest
 from mcpcache.protocol import META_KEY
+from mcpcache.stores.redis_shards import CLUSTER_SCHEMES, REDIS_URL_FORMS, SINGLE_SCHEMES
 
 UpstreamEra = Literal["legacy", "auto"]
 
@@ -129,8 +130,8 @@ def upstream_from(command: Sequence[str], url: str | None, headers: Sequence[str
 def store_choice(sqlite_path: Path | None, redis_url: str | None) -> StoreChoice:
     if sqlite_path is not None and redis_url is not None:
         raise SettingsError("give at most one of --store and --redis")
-    if redis_url is not None and urlsplit(redis_url).scheme not in ("redis", "rediss", "unix"):
-        raise SettingsError(f"--redis must be a redis://, rediss:// or unix:// URL, got {_shown(redis_url)}")
+    if redis_url is not None and not redis_url.startswith((*SINGLE_SCHEMES, *CLUSTER_SCHEMES)):
+        raise SettingsError(f"--redis must be {REDIS_URL_FORMS}, got {_shown(redis_url)}")
     return StoreChoice(sqlite_path, redis_url)
 
 

@@ -26,6 +26,7 @@ import orjson
 
 from mcpcache import delta
 from mcpcache.canonical import canonical_json
+from mcpcache.delta.tree import leaves_of, root_of, updated
 from mcpcache.etag import CanonicalizationError, answer_digest, content_tag, validator_tag
 from mcpcache.protocol import (
     META_KEY,
@@ -44,6 +45,7 @@ from mcpcache.server.decisions import (
     BelowTagging,
     DeltaChoice,
     NotAnAnswer,
+    RawPending,
     RunBody,
     SendAsIs,
     SendDelta,
@@ -53,11 +55,14 @@ from mcpcache.server.decisions import (
     TryDelta,
     decide_after_body,
     decide_before_body,
+    decide_block,
+    decide_delta,
     full_answer_bytes,
     history_partition,
     needs_content_tag,
     plan_delta,
     stub_refusal,
+    text_answer_bytes,
     validator_matches,
 )
 from mcpcache.server.deltas import THREAD_FROM_BYTES, delta_choice
@@ -72,6 +77,7 @@ from mcpcache.server.history import (
     version_of,
 )
 from mcpcache.server.policies import CachePolicy, ToolPolicies
+from mcpcache.server.raw_deltas import raw_delta
 from mcpcache.server.stubs import NO_OUTPUT_SCHEMA, StubCheck
 from mcpcache.server.telemetry import Outcome as Reported
 from mcpcache.server.telemetry import ServerTelemetry
@@ -301,6 +307,8 @@ class _Facts:
     version of the source, and says nothing of the kind."""
     structured_in_text: StructuredInText = None
     """What the layer below knows of the text block (`BelowTagging.structured_in_text`)."""
+    below: BelowTagging | None = None
+    """The layer below's tagging, which may hand over the tool's return value for the history."""
 
 
 # The driver ---------------------------------------------------------------------------------------
@@ -328,7 +336,7 @@ class Revalidator:
         self.sizes = AnswerSizes()
         """The sizes of the answers not sent, by tag and block (for `bytes_saved`)."""
         self.history = AnswerHistory(delta_history_bytes) if delta_history_bytes > 0 else None
-        self.delta_formats: tuple[str, ...] = (delta.FORMAT,) if self.history is not None else ()
+        self.delta_formats: tuple[str, ...] = delta.FORMATS if self.history is not None else ()
         """The delta formats this server sends (advertised in the extension's settings)."""
         # Tools that answered with structured content in this process, for adapters that cannot see the
         # tool's output schema before the body runs.
@@ -495,7 +503,19 @@ class Revalidator:
         try:
             if call.tags_below and policy.etag and pre_tag is None:
                 below = BelowTagging(tool, policy, requested, self.meta_key, sizes=self.sizes, stub=stub)
+                below.raw_deltas = bool(conditions.accept_delta) and self.history is not None
                 result = await call.run_body_tagged(below)
+                pending = below.raw_pending
+                if pending is not None:
+                    # Sent as the change when it can be, or else converted now: beside the loop when large.
+                    below.raw_pending = None
+                    large = (below.size or 0) >= THREAD_FROM_BYTES
+                    work = functools.partial(self._raw_delta, call, policy, args, conditions, stub, below, pending)
+                    made = await anyio.to_thread.run_sync(work) if large else work()
+                    if made is not None:
+                        self._unchecked(tool, stub, made.reply)
+                        return self._record(tool, made)
+                    result = await anyio.to_thread.run_sync(pending.convert) if large else pending.convert()
             else:
                 result = await call.run_body()
         except Exception:
@@ -528,7 +548,7 @@ class Revalidator:
         if needs_content_tag(policy, pre_tag, answer):
             if below is not None and below.tag is not None:
                 tag = below.tag
-                facts = _Facts(from_answer=True, structured_in_text=below.structured_in_text)
+                facts = _Facts(from_answer=True, structured_in_text=below.structured_in_text, below=below)
             else:
                 tag = self._answer_tag(tool, answer)
         after = decide_after_body(tool, policy, requested, tag, answer, meta_key=self.meta_key, stub=stub)
@@ -628,6 +648,9 @@ class Revalidator:
                 )
                 if version is not None:
                     self.history.record(key, tag, version)
+            below = facts.below
+            if below is not None and below.raw_leaves is not None and below.raw_domain is not None:
+                self.history.attach_raw(key, tag, below.raw_leaves, below.raw_domain)
         match plan:
             case SendFull(reason=why):
                 if not conditions.accept_delta:
@@ -642,6 +665,9 @@ class Revalidator:
                 choice = await anyio.to_thread.run_sync(work) if large else work()
             case _:
                 assert_never(plan)
+        if self.history is not None and base is not None and key is not None and tag is not None:
+            self.history.recount(key, plan.base)  # leaf hashes kept beside them by the tree digest
+            self.history.recount(key, tag)
         match choice:
             case SendDelta(reply=reply, size=size, reason=why):
                 return DeltaSent(reply, why, size=size, saved=self._saved(tag, reply, answer))
@@ -669,6 +695,19 @@ class Revalidator:
             except orjson.JSONDecodeError:  # a framework broke its promise that a text block was JSON
                 logger.warning("tool %r: a version in the history could not be read back; full answer", tool)
         content, structured, meta = answer.content, answer.structured_content, answer.meta
+
+        def tree(ops: list[dict[str, Any]], document: dict[str, Any]) -> str:
+            # The base's leaf hashes, kept beside it once computed: the new answer's rehash only what changed.
+            assert base is not None
+            assert base_document is not None
+            base_leaves = base.derived.leaves
+            if base_leaves is None:
+                base_leaves = base.derived.leaves = leaves_of(base_document)
+            leaves = updated(base_leaves, ops, document)
+            if version is not None:
+                version.derived.leaves = leaves
+            return root_of(leaves)
+
         return delta_choice(
             tool,
             policy,
@@ -681,4 +720,62 @@ class Revalidator:
             digest=lambda: answer_digest(content, structured, meta, meta_key=self.meta_key),
             meta_key=self.meta_key,
             stub=stub,
+            tree=tree,
         )
+
+    def _raw_delta(
+        self,
+        call: ToolCall[Any],
+        policy: CachePolicy,
+        args: Mapping[str, Any],
+        conditions: Conditions,
+        stub: StubCheck,
+        below: BelowTagging,
+        pending: RawPending,
+    ) -> DeltaSent | None:
+        """For a return value the layer below left unconverted (`pending`): the delta from the base the
+        request names to the answer the framework would make of it, computed from the change alone
+        (`mcpcache.server.raw_deltas`), recorded as any delta. None: the caller converts the value, and
+        the usual path decides."""
+        tag, raw, domain = pending.tag, pending.raw, pending.domain
+        history = self.history
+        key = self._history_key(call, policy, args)
+        if history is None or key is None:
+            return None
+        refused = stub_refusal(call.tool, policy, raw if type(raw) is dict else None, stub)
+        plan = plan_delta(policy, conditions, tag, offered=self.delta_formats, kept=True, refused=refused)
+        if not isinstance(plan, TryDelta):
+            return None
+        base = history.get(key, plan.base)
+        if base is None or base.derived.raw is None or base.derived.raw_domain != domain:
+            return None
+        made = raw_delta(
+            base, raw, pending.leaves, pending.conversion, format=plan.format, max_bytes=base.json_size // 2
+        )
+        if made is None:
+            return None
+        block = decide_block(policy, tag)
+        choice = decide_delta(
+            call.tool,
+            policy,
+            block,
+            plan,
+            raw if type(raw) is dict else None,
+            base_held=True,
+            answer_size=made.version.json_size,
+            ops=made.ops if made.ops_size <= made.version.json_size // 2 else None,
+            ops_size=made.ops_size,
+            digest=made.digest,
+            meta_key=self.meta_key,
+            stub=stub,
+        )
+        if not isinstance(choice, SendDelta):
+            return None
+        history.recount(key, plan.base)  # the base's layout and leaves, if this delta made them
+        if history.get(key, tag) is None:
+            history.record(key, tag, made.version)
+            history.attach_raw(key, tag, pending.leaves, domain)
+        saved = self.sizes.saved(
+            tag, choice.reply, lambda: text_answer_bytes(choice.reply, made.text_sizes, self.meta_key), self.meta_key
+        )
+        return DeltaSent(choice.reply, f"{choice.reason}; computed from the return value's change", choice.size, saved)

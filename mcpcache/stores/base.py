@@ -58,6 +58,10 @@ Contract, checked by tests/stores/test_contract.py against every store:
 - Group operations affect exactly the items saved with that group. `remove_created_before` drops items
   whose group starts with the prefix ("" matches every group) and whose `created_at` is strictly earlier.
   `trim_group` evicts in least-recently-used order and returns how many live items it evicted.
+- `lost_before(keys)` says before when writes to these keys the store acknowledged may have been lost (a
+  Redis failover or restart: replication and persistence are asynchronous), as of the store's last read of
+  them; None for a store that loses no acknowledged write (memory, SQLite). A freshness mark is such a
+  write, so the tool cache treats that moment as a freshness end.
 - Operations may raise (a broken disk, a dead server, a non-finite stamp). Callers (the tool cache, the
   references) turn every store failure into a miss; stores do not swallow their own errors, and never
   raise for a corrupt record.
@@ -143,6 +147,12 @@ class Store(SDKResponseCacheMixin, ABC):
         (`mcpcache.client.fence`) where no deadline can be missed."""
         return None
 
+    def lost_before(self, keys: Sequence[str]) -> float | None:
+        """The latest moment (by the store's clock, `now`) before which writes to `keys` that the store
+        acknowledged may have been lost, as its last read of them found; None when none may have been (the
+        default: a store that keeps what it acknowledged). See the module docstring."""
+        return None
+
     @abstractmethod
     async def save(self, key: str, item: Item) -> bool:
         """Store `item` unless the live item under `key` has a strictly later stamp; True if now stored."""
@@ -216,6 +226,11 @@ class Store(SDKResponseCacheMixin, ABC):
             await self.remove(listed.key)
             removed += 1
         return removed
+
+    async def prepare(self) -> None:
+        """Connect ahead of the first operation, where that takes longer than an operation should (a Redis
+        Cluster client learning the cluster): best effort, never raises. A server calls it before it listens,
+        so its first callers do not pay for it (nor trip a deadline meant for one operation)."""
 
     def now(self) -> float:
         """The store's clock (epoch seconds): what expiry is judged against, and the default creation time."""

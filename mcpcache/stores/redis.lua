@@ -1,14 +1,19 @@
--- mcpcache's RedisStore: every operation is one run of this script, so each is atomic across
--- processes (see mcpcache/stores/redis.py for the key layout and the contract).
+-- mcpcache's RedisStore: every operation is one run of this script on one shard of a namespace (all its keys
+-- share one hash tag, so one cluster slot), so each is atomic across processes (see
+-- mcpcache/stores/redis.py for the key layout, the shards and the contract).
 local P = ARGV[1]
 local op = ARGV[2]
 local IDLE = ARGV[3]
+-- '1': this shard is the whole namespace (one Redis), so it enforces the bounds itself; '0': one of a
+-- cluster's shards, whose bounds the store enforces across shards ('oldest', 'evict').
+local ALONE = ARGV[4] == '1'
 local A = {}
-for i = 4, #ARGV do A[i - 3] = ARGV[i] end
+for i = 5, #ARGV do A[i - 4] = ARGV[i] end
 local U, D, LRU, X, GROUPS = P .. 'u', P .. 'd', P .. 'lru', P .. 'x', P .. 'groups'
-local TICK, CUR = P .. 'tick', P .. 'sweep'
+local TICK, CUR, EPOCH = P .. 'tick', P .. 'sweep', P .. 'epoch'
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
 local function num(v) return tonumber(v or '0') or 0 end
 local function group_of(d) return string.sub(d, string.find(d, ' ', 1, true) + 1) end
@@ -78,8 +83,17 @@ local function drop(k)
   return redis.call('DEL', P .. 'i:' .. k)
 end
 
+-- Uses are ordered by the server's clock in microseconds (strictly increasing within a shard): the shards
+-- of a cluster namespace each keep their own order, and the store merges them by these scores when it
+-- evicts across shards. (Below 2^53, so exact as a Lua number and as a sorted-set score.)
+local function next_tick()
+  local tick = math.max(now_us, (tonumber(redis.call('GET', TICK) or '0') or 0) + 1)
+  redis.call('SET', TICK, string.format('%d', tick))
+  return tick
+end
+
 local function touch(k, g)
-  local tick = redis.call('INCR', TICK)
+  local tick = next_tick()
   redis.call('ZADD', LRU, tick, k)
   redis.call('ZADD', P .. 'g:' .. g, tick, k)
 end
@@ -208,30 +222,49 @@ local function live_stamp(k)
   return tonumber(redis.call('HGET', ik, 's') or '')
 end
 
+-- Since when the process now serving this shard has served it (ms, by its clock). Replication is
+-- asynchronous: a failover (a replica promoted: a new replication id) or a restart (a new run id) may have
+-- lost writes acknowledged before it, a freshness mark among them, so the store treats every freshness
+-- granted before this moment as possibly ended (mcpcache.stores.base `lost_before`). The marker is noted in
+-- the shard itself; a missing one means a new or emptied shard, which lost nothing another shard depends
+-- on only when it is the whole namespace.
+local function since()
+  local info = redis.call('INFO', 'server') .. redis.call('INFO', 'replication')
+  local marker = (string.match(info, 'run_id:(%w+)') or '') .. ' ' .. (string.match(info, 'master_replid:(%w+)') or '')
+  local held = redis.call('HMGET', EPOCH, 'm', 's')
+  if held[1] == marker and held[2] then return held[2] end
+  local from = string.format('%d', now_ms)
+  if not held[1] and ALONE then from = '0' end
+  redis.call('HSET', EPOCH, 'm', marker, 's', from)
+  return from
+end
+
 check_index()
 purge_expired()
 
 if op == 'load' then
+  -- The shard's `since`, then the item's fields (false when there is none).
   local k, most = A[1], tonumber(A[2] or '')
   local ik = P .. 'i:' .. k
   local kind = redis.call('TYPE', ik)['ok']
   local d = redis.call('HGET', D, k)
   if kind ~= 'hash' then
     if kind ~= 'none' or d then drop(k) end
-    return false
+    return {since(), false}
   end
   -- A body larger than the caller can take within its timeout: only its length, and no use counted (the
   -- caller asks again with a timeout for that length, and that load counts).
   local length = redis.call('HSTRLEN', ik, 'b')
-  if most and length > most then return {length} end
+  if most and length > most then return {since(), {length}} end
   if d then touch(k, group_of(d)) else reindex(k, ik) end
   local fields = redis.call('HMGET', ik, 'm', 'b', 'g', 'c', 'x', 't', 's', 'k', 'sv', 'tl', 'v')
   if fields[5] == '' and IDLE ~= '' then redis.call('PEXPIRE', ik, IDLE) end
-  return fields
+  return {since(), fields}
 
 elseif op == 'peek' then
-  -- Every key's fields but the body, in one script: one consistent moment across the keys.
-  local out = {}
+  -- The shard's `since`, then every key's fields but the body, in one script: one consistent moment across
+  -- the keys.
+  local out = {since()}
   for i = 1, #A do
     local k = A[i]
     local ik = P .. 'i:' .. k
@@ -239,12 +272,12 @@ elseif op == 'peek' then
     local d = redis.call('HGET', D, k)
     if kind ~= 'hash' then
       if kind ~= 'none' or d then drop(k) end
-      out[i] = {}
+      out[i + 1] = {}
     else
       if d then touch(k, group_of(d)) else reindex(k, ik) end
       local fields = redis.call('HMGET', ik, 'm', 'g', 'c', 'x', 't', 's', 'k', 'sv', 'tl', 'v')
       if fields[4] == '' and IDLE ~= '' then redis.call('PEXPIRE', ik, IDLE) end
-      out[i] = fields
+      out[i + 1] = fields
     end
   end
   return out
@@ -259,9 +292,9 @@ elseif op == 'save' then
   sweep()
   if exp ~= '' and tonumber(exp) <= now_ms then return 0 end
   if max_b and tonumber(size) > max_b then return 0 end
-  make_room(tonumber(size), 1, max_b, max_n)
+  if ALONE then make_room(tonumber(size), 1, max_b, max_n) end
   local ik = P .. 'i:' .. k
-  local version = redis.call('INCR', TICK)
+  local version = string.format('%d', next_tick())
   redis.call('HSET', ik, 'm', meta, 'b', body, 'g', g, 'c', created, 'x', exp_raw, 's', stamp, 'k', sum, 'v', version,
     'z', size, 'sv', server, 'tl', tool)
   if has_tag == '1' then redis.call('HSET', ik, 't', tag) end
@@ -293,7 +326,7 @@ elseif op == 'update_meta' then
   redis.call('HSET', ik, 'm', meta, 'x', exp_raw, 'z', size)
   if stamp ~= '' then redis.call('HSET', ik, 's', stamp) end
   expire(ik, exp)
-  make_room(size, 1, max_b, max_n)
+  if ALONE then make_room(size, 1, max_b, max_n) end
   index(k, f[1] or '', size, tonumber(f[2] or '') or 0, exp)
   return 1
 
@@ -410,6 +443,49 @@ elseif op == 'found' then
   end
   if mark == WHOLE then return 1 end
   return 0
+
+elseif op == 'oldest' then
+  -- For eviction across a cluster's shards: this shard's item and byte counts (of the namespace, or with
+  -- A[1] == '1' of group A[2]), then key, use score and size of its up to A[3] least recently used items;
+  -- entries of items Redis evicted on its own are dropped first.
+  local z, count = LRU, tonumber(A[3])
+  if A[1] == '1' then
+    check_group(A[2])
+    z = P .. 'g:' .. A[2]
+  end
+  local ranked = {}
+  for _ = 1, 8 do
+    ranked = redis.call('ZRANGE', z, 0, count - 1, 'WITHSCORES')
+    local ks = {}
+    for i = 1, #ranked, 2 do ks[#ks + 1] = ranked[i] end
+    if prune(ks) == 0 then break end
+  end
+  local counts
+  if A[1] == '1' then
+    counts = redis.call('HMGET', U, 'n:' .. A[2], 'b:' .. A[2])
+  else
+    counts = redis.call('HMGET', U, 'n', 'b')
+  end
+  local out = {num(counts[1]), num(counts[2])}
+  for i = 1, #ranked, 2 do
+    local d = redis.call('HGET', D, ranked[i])
+    out[#out + 1] = ranked[i]
+    out[#out + 1] = ranked[i + 1]
+    out[#out + 1] = d and string.sub(d, 1, string.find(d, ' ', 1, true) - 1) or '0'
+  end
+  return out
+
+elseif op == 'evict' then
+  -- Drops each key of the (key, score) pairs from A[3] on that is still unused since 'oldest' read it: its
+  -- use score in the namespace's order (or with A[1] == '1', group A[2]'s) unchanged. How many it dropped.
+  local z = LRU
+  if A[1] == '1' then z = P .. 'g:' .. A[2] end
+  local n = 0
+  for i = 3, #A, 2 do
+    local score = redis.call('ZSCORE', z, A[i])
+    if score and tonumber(score) == tonumber(A[i + 1]) then n = n + drop(A[i]) end
+  end
+  return n
 
 elseif op == 'usage' then
   local g = A[1]

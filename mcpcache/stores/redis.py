@@ -29,8 +29,39 @@ The keys, and the indexes that make group operations and LRU trimming cheap:
 - `tick`        the use counter: strictly ordered even for uses within one millisecond
 - `sweep`       where the next write's sweep of the index starts
 
-Every key starts with `{<namespace>}:`; the hash tag puts a namespace in one cluster slot, which the
-scripts need since they derive key names from the data.
+- `epoch`       hash: which server process serves the shard (run id and replication id), and since when
+
+Every key starts with its shard's prefix, a hash tag: `{<namespace>}:` on one Redis, where the namespace
+is one shard. The scripts derive key names from the data, so every key one script touches shares one tag
+(one cluster slot).
+
+On a Redis Cluster (a `redis+cluster://` URL or a `RedisCluster` client) a namespace is 16 shards, the
+prefixes `{<namespace>/<n>}:` (`mcpcache.stores.redis_shards`), whose tags hash to slots spread evenly over
+the 16384, so the primaries holding them share the namespace's items and load. A key's shard is a hash of
+the key. Each shard holds its items with all of the bookkeeping above for them, so everything the contract
+asks of one item stays one script on one node: a save with its index entries and its stamp comparison, an
+update with its tag comparison, a load with its use, a corrupt record's removal. What spans the namespace
+is done shard by shard and summed: `usage`, the group removals, counting and listing (a cursor names a
+shard and its place in it), `remove_all`. Each is whole (every shard is asked) but not one atomic moment
+across shards; one shard's answer is, as on one Redis.
+
+Bounds (`StoreLimits`) on a cluster are enforced by the store across shards, after the write: it asks every
+shard for its counts and its least recently used items, drops the namespace's least recently used until
+the counts fit (each only if it was not used meanwhile), and asks again while they do not. Uses are ordered
+by the servers' clocks in microseconds, so least recently used is judged across nodes as closely as their
+clocks agree. The bound holds whenever no write is under way; writes that overlap may together exceed it
+until the last of them has evicted. Each bounded write costs a round trip to every shard (16 scripts, sent
+at once); unbounded namespaces (the default, with Redis's own `maxmemory`) pay nothing for it. On one Redis
+the script enforces the bounds itself, atomically with the write.
+
+Replication is asynchronous, so a failover (a replica promoted) or a restart of a persistent server can lose
+writes Redis acknowledged, a freshness mark among them: an entry would then look fresh though its freshness
+ended. Each shard notes which server process serves it (run id and replication id, from INFO) and since
+when; a load or peek that finds another process serving sets `since` to now. `lost_before(keys)` is the
+latest `since` of the keys' shards: the tool cache treats it as a freshness end, so an entry whose freshness
+was granted before a failover is revalidated before it is served fresh again (once; afterwards it is fresh
+by the new process's record). A shard with no note yet is new or was emptied: on one Redis that lost
+nothing another shard depends on; on a cluster it counts as a change.
 
 Redis's own `maxmemory` eviction may remove any of these keys, and the store keeps working:
 - An item Redis evicted leaves index entries behind. Each save checks the least recently used entries
@@ -56,7 +87,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any, Literal, TypeVar
 
@@ -67,6 +98,8 @@ from mcpcache.extras import needs
 with needs("redis", "the Redis store"):
     import redis.asyncio
     import redis.exceptions
+    from redis.asyncio.cluster import ClusterNode
+    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
 
@@ -95,6 +128,17 @@ from mcpcache.stores.redis_records import (
     tag,
     text,
     version,
+)
+from mcpcache.stores.redis_shards import (
+    CLUSTER_SHARDS,
+    Candidate,
+    choose_evictions,
+    cluster_cursor,
+    parse_cluster_cursor,
+    parse_cluster_url,
+    redis_url_kind,
+    shard_of,
+    shard_prefixes,
 )
 
 logger = logging.getLogger("mcpcache.stores.redis")
@@ -134,13 +178,25 @@ timeout for its length (one more round trip, against a transfer of milliseconds 
 _MOST_BODY_BYTES = 512 * 1024 * 1024
 """Redis's own bound on one value (`proto-max-bulk-len`): no body is larger, whatever a record says."""
 
+_EVICTION_LOOK = 8
+"""Least recently used items each shard shows an eviction across shards per round."""
+
+_EVICTION_STALLS = 3
+"""Rounds of an eviction across shards that may drop nothing (every item it chose was used meanwhile)."""
+
+RedisClient = redis.asyncio.Redis | AsyncRedisCluster
+"""A client the store takes: one Redis, or a Redis Cluster."""
+
 
 class RedisStore(Store):
-    """A store in Redis, shared by every process that names the same server and namespace.
+    """A store in Redis, shared by every process that names the same server (or cluster) and namespace.
 
-    Pass a URL (the store then owns its client) or a `redis.asyncio.Redis` client of your own, which must
-    not decode responses and which `close()` leaves open. `limits` is optional: Redis's own `maxmemory`
-    may bound it instead; `trim_group` works either way.
+    Pass a URL (the store then owns its client): `redis://`, `rediss://` or `unix://` for one Redis (or
+    Valkey), `redis+cluster://host:port[,host:port...]` or `rediss+cluster://...` for a Redis Cluster, whose
+    primaries then share the namespace (see the module docstring). Or pass a client of your own, a
+    `redis.asyncio.Redis` or a `redis.asyncio.RedisCluster`, which must not decode responses and which
+    `close()` leaves open. `limits` is optional: Redis's own `maxmemory` may bound it instead;
+    `trim_group` works either way.
 
     The store fails fast, because a cache that stalls is worse than a miss:
     - `socket_timeout_s` (default 0.5 s) bounds every operation, and `connect_timeout_s` (0.5 s) every
@@ -158,7 +214,8 @@ class RedisStore(Store):
     - After a timeout the store raises `RedisUnavailable` at once, without asking Redis, for `cooldown_s`
       (default 5 s, as the tool cache's own circuit), then asks again: a frozen server costs the tool
       cache and `References` (which call the store without a fence) one timeout per cool-down, not one
-      per call. This circuit also guards a caller's client, whose own timeouts decide when it trips.
+      per call. This circuit also guards a caller's client, whose own timeouts decide when it trips. On a
+      cluster each shard has its own circuit: a primary that froze costs only the shards it serves.
 
     Every key the store writes may be evicted by Redis's `maxmemory` policy without breaking it (see the
     module docstring). With a `volatile-*` policy Redis evicts only keys with an expiry, so items saved
@@ -169,7 +226,7 @@ class RedisStore(Store):
 
     def __init__(
         self,
-        url_or_client: str | redis.asyncio.Redis,
+        url_or_client: str | RedisClient,
         *,
         namespace: str = "mcpcache",
         limits: StoreLimits | None = None,
@@ -195,81 +252,120 @@ class RedisStore(Store):
             and not (isinstance(idle_ttl_s, int | float) and idle_ttl_s >= 0.001 and math.isfinite(idle_ttl_s))
         ):
             raise ValueError(f"idle_ttl_s must be 'auto', None or at least 0.001 seconds, got {idle_ttl_s!r}")
+        self._client: RedisClient
         if isinstance(url_or_client, str):
-            self._client = redis.asyncio.Redis.from_url(
-                url_or_client,
-                # None: every operation is bounded by the store itself (`_bounded`), by its size.
-                socket_timeout=None,
-                socket_connect_timeout=connect_timeout_s,
-                retry=Retry(NoBackoff(), retries=1, supported_errors=(redis.exceptions.ConnectionError,)),
-            )
+            self._client = _open_client(url_or_client, connect_timeout_s)
             self._owns_client = True
         else:
-            if url_or_client.connection_pool.connection_kwargs.get("decode_responses"):
+            if _decodes(url_or_client):
                 raise ValueError("RedisStore needs a client with decode_responses=False: bodies are bytes")
             self._client = url_or_client
             self._owns_client = False
+        self.clustered = isinstance(self._client, AsyncRedisCluster)
+        """Whether the namespace is spread over a Redis Cluster's shards (see the module docstring)."""
         self.namespace = namespace
         self.limits = limits if limits is not None else StoreLimits()
         self.socket_timeout_s = float(socket_timeout_s)
+        self.connect_timeout_s = float(connect_timeout_s)
         self.seconds_per_mb = float(seconds_per_mb)
         self.cooldown_s = float(cooldown_s)
         self.idle_ttl_s = idle_ttl_s
-        self._prefix = "{" + namespace + "}:"
+        self._prefixes = shard_prefixes(namespace, CLUSTER_SHARDS if self.clustered else 1)
+        self._prefix = self._prefixes[0]
+        self._alone = "0" if self.clustered else "1"
         self._script = self._client.register_script(_SCRIPT)
-        self._circuit = Circuit(self.cooldown_s)
+        self._circuits = [Circuit(self.cooldown_s) for _ in self._prefixes]
+        self._since = [0.0 for _ in self._prefixes]
         self._idle_arg = "" if idle_ttl_s is None or idle_ttl_s == AUTO else str(math.ceil(float(idle_ttl_s) * 1000))
         self._policy_read_at: float | None = None
 
     @property
     def circuit_open(self) -> bool:
-        """Whether the store is refusing operations after a timeout (see `cooldown_s`)."""
-        return self._circuit.is_open
+        """Whether the store is refusing operations after a timeout (see `cooldown_s`): on a cluster, whether
+        any shard's circuit is open."""
+        return any(circuit.is_open for circuit in self._circuits)
 
     @property
-    def client(self) -> redis.asyncio.Redis:
+    def client(self) -> RedisClient:
         return self._client
+
+    @property
+    def shards(self) -> int:
+        """How many shards the namespace is laid over: 1 on one Redis, `CLUSTER_SHARDS` on a cluster."""
+        return len(self._prefixes)
+
+    def shard_of(self, key: str) -> int:
+        return shard_of(key, len(self._prefixes))
 
     def item_key(self, key: str) -> str:
         """The Redis key holding one item's hash (for tools and tests that look underneath)."""
-        return self._prefix + "i:" + key
+        return self._prefixes[self.shard_of(key)] + "i:" + key
+
+    def shard_key(self, shard: int, name: str) -> str:
+        """The Redis key of one of a shard's own records (`epoch`, `d`, ...), for tools and tests."""
+        return self._prefixes[shard] + name
+
+    def lost_before(self, keys: Sequence[str]) -> float | None:
+        """The latest moment before which writes to these keys that Redis acknowledged may have been lost: when
+        the server process now serving their shards was first seen serving them (a failover or a restart), as
+        the store's last read of each shard found it. None when no read found one (see the module
+        docstring)."""
+        latest = max((self._since[self.shard_of(key)] for key in keys), default=0.0)
+        return latest if latest > 0 else None
+
+    def _saw(self, shard: int, since: object) -> None:
+        value = int(since) / 1000 if isinstance(since, bytes | int) else 0.0
+        self._since[shard] = max(self._since[shard], value)
 
     async def load(self, key: str) -> Item | None:
-        fields = await self._call("load", key, _INLINE_BODY_BYTES, moving=_INLINE_BODY_BYTES)
+        shard = self.shard_of(key)
+        since, fields = await self._call(shard, "load", key, _INLINE_BODY_BYTES, moving=_INLINE_BODY_BYTES)
+        self._saw(shard, since)
         if isinstance(fields, list) and len(fields) == 1:
             # Too large to come along: asked for again, with a timeout for the length Redis holds.
-            fields = await self._call("load", key, "", moving=int(fields[0]))
+            since, fields = await self._call(shard, "load", key, "", moving=int(fields[0]))
+            self._saw(shard, since)
         if fields is None:
             return None
         item, fault = decode_fields(fields)
         if item is None:
             logger.warning("Redis namespace %r: dropping a corrupt record under key %r: %s", self.namespace, key, fault)
-            await self._call("drop_corrupt", key, version(fields))
+            await self._call(shard, "drop_corrupt", key, version(fields))
         return item
 
     async def peek_many(self, keys: Sequence[str]) -> list[Item | None]:
         if not keys:
             return []
-        replies = await self._call("peek", *keys)
-        items: list[Item | None] = []
-        for key, fields in zip(keys, replies, strict=True):
-            if not fields:
-                items.append(None)
-                continue
-            # The load's field order, with an empty body in its place (not read, so not verified).
-            item, fault = decode_fields([fields[0], b"", *fields[1:]], verify=False)
-            if item is None:
-                logger.warning(
-                    "Redis namespace %r: dropping a corrupt record under key %r: %s", self.namespace, key, fault
-                )
-                await self._call("drop_corrupt", key, version(fields))
-            items.append(item)
+        by_shard: dict[int, list[int]] = {}
+        for at, key in enumerate(keys):
+            by_shard.setdefault(self.shard_of(key), []).append(at)
+        shards = list(by_shard)
+        # One script per shard (all of them at once): each shard's keys are read at one moment.
+        replies = await self._each(shards, lambda shard: ("peek", *(keys[at] for at in by_shard[shard])))
+        items: list[Item | None] = [None] * len(keys)
+        for shard, reply in zip(shards, replies, strict=True):
+            self._saw(shard, reply[0])
+            for at, fields in zip(by_shard[shard], reply[1:], strict=True):
+                if not fields:
+                    continue
+                # The load's field order, with an empty body in its place (not read, so not verified).
+                item, fault = decode_fields([fields[0], b"", *fields[1:]], verify=False)
+                if item is None:
+                    logger.warning(
+                        "Redis namespace %r: dropping a corrupt record under key %r: %s",
+                        self.namespace,
+                        keys[at],
+                        fault,
+                    )
+                    await self._call(shard, "drop_corrupt", keys[at], version(fields))
+                items[at] = item
         return items
 
     async def save(self, key: str, item: Item) -> bool:
         stamp = check_stamp(item.stamp)
         meta = encode_meta(item.meta)
         stored = await self._call(
+            self.shard_of(key),
             "save",
             key,
             meta,
@@ -286,6 +382,8 @@ class RedisStore(Store):
             item.tool,
             moving=len(item.body),
         )
+        if stored:
+            await self._make_room()
         return bool(stored)
 
     async def update_meta(
@@ -299,21 +397,34 @@ class RedisStore(Store):
     ) -> bool:
         new_stamp = "" if stamp is None else repr(check_stamp(stamp))
         updated = await self._call(
-            "update_meta", key, encode_meta(meta), *expiry(expires_at), *self._bounds(), *tag(if_tag), new_stamp
+            self.shard_of(key),
+            "update_meta",
+            key,
+            encode_meta(meta),
+            *expiry(expires_at),
+            *self._bounds(),
+            *tag(if_tag),
+            new_stamp,
         )
+        if updated:
+            await self._make_room()
         return bool(updated)
 
     async def remove(self, key: str) -> None:
-        await self._call("remove", key)
+        await self._call(self.shard_of(key), "remove", key)
 
     async def remove_group(self, group: str) -> int:
-        return int(await self._call("remove_group", group))
+        return sum(int(n) for n in await self._each(self._all(), lambda _: ("remove_group", group)))
 
     async def remove_created_before(self, group_prefix: str, created_before: float) -> int:
-        return int(await self._call("remove_created_before", group_prefix, repr(float(created_before))))
+        before = repr(float(created_before))
+        replies = await self._each(self._all(), lambda _: ("remove_created_before", group_prefix, before))
+        return sum(int(n) for n in replies)
 
     async def trim_group(self, group: str, max_bytes: int) -> int:
-        return int(await self._call("trim_group", group, max_bytes))
+        if not self.clustered:
+            return int(await self._call(0, "trim_group", group, max_bytes))
+        return await self._evict(("1", group), None, max_bytes)
 
     async def usage(self, group: str | None = None) -> Usage:
         """Items and bytes held, in one group or the whole namespace, as the store's index counts them.
@@ -322,10 +433,15 @@ class RedisStore(Store):
         entry whose item Redis evicted on its own is dropped, so the count is of items that were held
         during the walk. The walk is O(items) round trips of 512 entries. The first count of a namespace,
         and the first after Redis evicted its directory (only an `allkeys-*` policy can), also scan the
-        Redis database's keys (`SCAN`, 500 a step) and index again the items held without an entry.
+        Redis database's keys (`SCAN`, 500 a step) and index again the items held without an entry. On a
+        cluster every shard is counted so (all at once) and the counts summed.
         """
+        counts = await _gather(self._shard_usage(shard, group) for shard in self._all())
+        return Usage(items=sum(c.items for c in counts), bytes=sum(c.bytes for c in counts))
+
+    async def _shard_usage(self, shard: int, group: str | None) -> Usage:
         for _ in range(_WHOLE_ATTEMPTS):
-            token = text(await self._call("whole", uuid.uuid4().hex))
+            token = text(await self._call(shard, "whole", uuid.uuid4().hex))
             if not token:
                 break
             # The directory is not known to hold every item: a new namespace, or Redis evicted it. Every
@@ -333,23 +449,26 @@ class RedisStore(Store):
             # shows it was not evicted meanwhile.
             cursor: bytes | int = b"0"
             while True:
-                cursor = await self._call("adopt", cursor, _SCAN_COUNT)
+                cursor = await self._call(shard, "adopt", cursor, _SCAN_COUNT)
                 if cursor in (b"0", 0):
                     break
-            if await self._call("found", token):
+            if await self._call(shard, "found", token):
                 break
         at = 0
         while at >= 0:
-            at = int(await self._call("sweep", "lru" if group is None else "g:" + group, at, 512))
-        counts = await self._call("usage") if group is None else await self._call("usage", group)
+            at = int(await self._call(shard, "sweep", "lru" if group is None else "g:" + group, at, 512))
+        counts = await self._call(shard, "usage") if group is None else await self._call(shard, "usage", group)
         items, held = (int(value or 0) for value in counts)
         return Usage(items=items, bytes=held)
 
     async def list_page(self, match: Match, cursor: str | None = None, limit: int = DEFAULT_PAGE_SIZE) -> Page:
-        # The cursor is the directory's HSCAN cursor: a page is what one scan step met, so it may hold fewer
-        # entries than `limit` (even none) before the end.
-        reply = await self._call("list", *matching(match), scan_cursor(cursor), limit)
-        next_cursor, found = reply
+        # The cursor is the directory's HSCAN cursor (on a cluster, with its shard's number): a page is what
+        # one scan step met, so it may hold fewer entries than `limit` (even none) before the end.
+        if self.clustered:
+            shard, scan = parse_cluster_cursor(cursor, len(self._prefixes))
+        else:
+            shard, scan = 0, scan_cursor(cursor)
+        next_scan, found = await self._call(shard, "list", *matching(match), scan, limit)
         entries: list[Listed] = []
         for at in range(0, len(found), 2):
             key, fields = found[at], found[at + 1]
@@ -359,39 +478,57 @@ class RedisStore(Store):
                 continue  # a corrupt record is skipped; the next load deletes it
             size = fields[10]
             entries.append(Listed(key.decode(), item, int(size) if size else item.size))
-        return Page(tuple(entries), None if next_cursor in (b"0", 0) else text(next_cursor))
+        if next_scan not in (b"0", 0):
+            next_cursor: str | None = text(next_scan)
+            if self.clustered:
+                next_cursor = cluster_cursor(shard, text(next_scan))
+        elif self.clustered and shard + 1 < len(self._prefixes):
+            next_cursor = cluster_cursor(shard + 1, "0")
+        else:
+            next_cursor = None
+        return Page(tuple(entries), next_cursor)
 
     async def count(self, match: Match) -> Usage:
+        walked = await _gather(self._walk(shard, "count", match) for shard in self._all())
+        return Usage(items=sum(n for n, _ in walked), bytes=sum(b for _, b in walked))
+
+    async def remove_matching(self, match: Match) -> int:
+        walked = await _gather(self._walk(shard, "remove_matching", match) for shard in self._all())
+        return sum(n for n, _ in walked)
+
+    async def _walk(self, shard: int, op: str, match: Match) -> tuple[int, int]:
+        """A whole walk of one shard's directory counting or removing what `match` covers: (items, bytes)."""
         items = held = 0
         cursor = "0"
         while True:
-            next_cursor, found, size = await self._call("count", *matching(match), cursor, _SCAN_COUNT)
+            next_cursor, found, size = await self._call(shard, op, *matching(match), cursor, _SCAN_COUNT)
             items, held = items + int(found), held + int(size)
             if next_cursor in (b"0", 0):
-                return Usage(items=items, bytes=held)
-            cursor = text(next_cursor)
-
-    async def remove_matching(self, match: Match) -> int:
-        removed = 0
-        cursor = "0"
-        while True:
-            next_cursor, dropped, _ = await self._call("remove_matching", *matching(match), cursor, _SCAN_COUNT)
-            removed += int(dropped)
-            if next_cursor in (b"0", 0):
-                return removed
+                return items, held
             cursor = text(next_cursor)
 
     async def remove_all(self) -> None:
         # Not one script: a namespace can be large, and a SCAN never blocks the server for long. An item
-        # saved concurrently may lose its index entries; it is cleaned up when next met.
-        self._check_circuit()
-        pattern = glob_escape(self._prefix) + "*"
-        cursor: int = 0
+        # saved concurrently may lose its index entries; it is cleaned up when next met. On a cluster every
+        # primary is scanned (each shard's keys live on the one serving its slot) for the namespace's tags;
+        # the pattern also meets namespaces whose name starts as this one does, filtered out below.
+        for circuit in self._circuits:
+            self._check_circuit(circuit)
+        pattern = glob_escape("{" + self.namespace + ("/" if self.clustered else "}:")) + "*"
+        mine = {prefix.encode() for prefix in self._prefixes}
+        names = aiter(self._client.scan_iter(match=pattern, count=1000))
+        batch: dict[bytes, list[bytes]] = {}
         while True:
-            cursor, names = await self._bounded(self._client.scan(cursor=cursor, match=pattern, count=1000))
-            if names:
-                await self._bounded(self._client.unlink(*names))
-            if not cursor:
+            name = await self._bounded(None, anext(names, None))
+            if name is not None:
+                tag_end = name.find(b"}:")
+                if tag_end > 0 and name[: tag_end + 2] in mine:
+                    batch.setdefault(name[: tag_end + 2], []).append(name)
+            if name is None or sum(len(names_) for names_ in batch.values()) >= 1000:
+                for doomed in batch.values():  # one shard's names: one slot, one command
+                    await self._bounded(None, self._client.unlink(*doomed))
+                batch = {}
+            if name is None:
                 return
 
     async def __aenter__(self) -> RedisStore:
@@ -401,22 +538,62 @@ class RedisStore(Store):
         if self._owns_client:
             await self._client.aclose()
 
+    def _all(self) -> list[int]:
+        return list(range(len(self._prefixes)))
+
     def _bounds(self) -> tuple[int | str, int | str]:
         return (
             "" if self.limits.max_bytes is None else self.limits.max_bytes,
             "" if self.limits.max_items is None else self.limits.max_items,
         )
 
-    def _check_circuit(self) -> None:
-        left = self._circuit.left_s()
+    async def _make_room(self) -> None:
+        """On a cluster, evicts across shards until the namespace fits its bounds (one Redis: the script did)."""
+        if self.clustered and (self.limits.max_bytes is not None or self.limits.max_items is not None):
+            await self._evict(("0", ""), self.limits.max_items, self.limits.max_bytes)
+
+    async def _evict(self, order: tuple[str, str], max_items: int | None, max_bytes: int | None) -> int:
+        """Drops the least recently used items of the namespace (`order` ("0", "")) or of a group (("1", name))
+        across every shard until they fit the bounds; how many it dropped. Each round asks every shard for its
+        counts and oldest items, drops those `choose_evictions` picks (each only if unused since), and ends
+        when nothing needs to go, or when rounds keep dropping nothing (every pick used meanwhile)."""
+        evicted = stalls = 0
+        while stalls < _EVICTION_STALLS:
+            replies = await self._each(self._all(), lambda _: ("oldest", *order, _EVICTION_LOOK))
+            oldest = [
+                (
+                    int(reply[0]),
+                    int(reply[1]),
+                    [
+                        Candidate(float(reply[at + 1]), shard, text(reply[at]), int(reply[at + 2]))
+                        for at in range(2, len(reply), 3)
+                    ],
+                )
+                for shard, reply in enumerate(replies)
+            ]
+            chosen = choose_evictions(oldest, _EVICTION_LOOK, max_items, max_bytes)
+            if not chosen:
+                return evicted
+            by_shard: dict[int, list[str]] = {}
+            for candidate in chosen:
+                by_shard.setdefault(candidate.shard, []).extend((candidate.key, repr(candidate.score)))
+            replies = await self._each(list(by_shard), lambda shard, picked=by_shard: ("evict", *order, *picked[shard]))
+            dropped = sum(int(n) for n in replies)
+            evicted += dropped
+            stalls = 0 if dropped else stalls + 1
+        return evicted
+
+    def _check_circuit(self, circuit: Circuit) -> None:
+        left = circuit.left_s()
         if left > 0:
             raise RedisUnavailable(
                 f"Redis did not answer within {self.socket_timeout_s:g} s; not asked again for {left:.1f} s "
                 f"(cooldown_s={self.cooldown_s:g})"
             )
 
-    def _trip(self, waited_s: float) -> None:
-        self._circuit.trip()
+    def _trip(self, circuits: Iterable[Circuit], waited_s: float) -> None:
+        for circuit in circuits:
+            circuit.trip()
         logger.warning(
             "Redis namespace %r: no answer within %g s; failing fast for %g s",
             self.namespace,
@@ -437,22 +614,103 @@ class RedisStore(Store):
             self._policy_read_at = now
         return self._idle_arg
 
-    async def _call(self, op: str, *args: bytes | str | int, moving: int = 0) -> Any:
-        """One script run, bounded by the socket timeout and the time `moving` bytes of body are allowed (the
-        policy read that may come first is a command of its own, bounded by its own timeout)."""
-        self._check_circuit()
-        idle = await self._bounded(self._idle())
-        return await self._bounded(
-            self._script(keys=[self._prefix + "u"], args=[self._prefix, op, idle, *args]), moving
-        )
+    async def _call(self, shard: int, op: str, *args: bytes | str | int, moving: int = 0) -> Any:
+        """One script run on one shard, bounded by the socket timeout and the time `moving` bytes of body are
+        allowed (the policy read that may come first is a command of its own, bounded by its own timeout)."""
+        self._check_circuit(self._circuits[shard])
+        if isinstance(self._client, AsyncRedisCluster):
+            await self._discovered(shard)
+        idle = await self._bounded(shard, self._idle())
+        prefix = self._prefixes[shard]
+        run = self._script(keys=[prefix + "u"], args=[prefix, op, idle, self._alone, *args])
+        return await self._bounded(shard, run, moving)
 
-    async def _bounded(self, step: Awaitable[T], moving: int = 0) -> T:
-        """`step` within the store's timeout for `moving` bytes; a step that overruns it trips the circuit.
-        Cancelled mid-command, the client drops that connection (the reply could arrive on it later)."""
+    async def _discovered(self, shard: int) -> None:
+        """A cluster client learns the cluster's nodes, slots and commands on its first use (a few round
+        trips, one of them the command table): within a budget of its own, a few connection timeouts, not
+        within the first operation's."""
+        assert isinstance(self._client, AsyncRedisCluster)
+        budget = 4 * self.connect_timeout_s + self.socket_timeout_s
+        try:
+            with anyio.fail_after(budget):
+                await self._client.initialize()
+        except (TimeoutError, redis.exceptions.TimeoutError):
+            self._trip([self._circuits[shard]], budget)
+            raise redis.exceptions.TimeoutError(
+                f"the Redis Cluster's nodes did not answer within {budget:g} s"
+            ) from None
+
+    async def prepare(self) -> None:
+        """On a cluster, learn its nodes and slots now (see `Store.prepare`); on one Redis, nothing."""
+        if not isinstance(self._client, AsyncRedisCluster):
+            return
+        try:
+            await self._discovered(0)
+        except Exception as exc:  # best effort: the first operation tries again
+            logger.warning("Redis namespace %r: the cluster could not be reached yet: %s", self.namespace, exc)
+
+    async def _each(self, shards: Sequence[int], args: Any) -> list[Any]:
+        """`_call(shard, *args(shard))` on each of `shards`, all at once; the replies in the same order."""
+        return await _gather(self._call(shard, *args(shard)) for shard in shards)
+
+    async def _bounded(self, shard: int | None, step: Awaitable[T], moving: int = 0) -> T:
+        """`step` within the store's timeout for `moving` bytes; a step that overruns it trips the circuit of
+        its shard (of every shard for None). Cancelled mid-command, the client drops that connection (the
+        reply could arrive on it later)."""
         timeout = transfer_budget_s(self.socket_timeout_s, self.seconds_per_mb, moving, _MOST_BODY_BYTES)
         try:
             with anyio.fail_after(timeout):
                 return await step
         except (TimeoutError, redis.exceptions.TimeoutError):
-            self._trip(timeout)
+            self._trip(self._circuits if shard is None else [self._circuits[shard]], timeout)
             raise redis.exceptions.TimeoutError(f"Redis did not answer within {timeout:g} s") from None
+
+
+async def _gather(steps: Iterable[Awaitable[T]]) -> list[T]:
+    """Every step's result in order, run at once; the first failure cancels the rest and is raised."""
+    pending = list(steps)
+    if len(pending) == 1:
+        return [await pending[0]]
+    results: list[Any] = [None] * len(pending)
+
+    async def run(at: int, step: Awaitable[T]) -> None:
+        results[at] = await step
+
+    try:
+        async with anyio.create_task_group() as tasks:
+            for at, step in enumerate(pending):
+                tasks.start_soon(run, at, step)
+    except* Exception as group:
+        # The first failure as itself (a Redis error, a timeout), as one script's would be, not as a group.
+        raise group.exceptions[0] from None
+    return results
+
+
+def _open_client(url: str, connect_timeout_s: float) -> RedisClient:
+    """The client a URL names: one Redis, or a Redis Cluster (ValueError for a URL that is neither)."""
+    # Neither client has a socket timeout: every operation is bounded by the store itself (`_bounded`), by
+    # its size. A command is retried once, at once, when its connection failed.
+    retry = Retry(NoBackoff(), retries=1, supported_errors=(redis.exceptions.ConnectionError,))
+    if redis_url_kind(url) == "single":
+        return redis.asyncio.Redis.from_url(
+            url, socket_timeout=None, socket_connect_timeout=connect_timeout_s, retry=retry
+        )
+    parsed = parse_cluster_url(url)
+    return AsyncRedisCluster(
+        startup_nodes=[ClusterNode(host, port) for host, port in parsed.nodes],
+        ssl=parsed.ssl,
+        username=parsed.username,
+        password=parsed.password,
+        socket_timeout=None,
+        socket_connect_timeout=connect_timeout_s,
+        # A failover leaves some slots unserved for a while: the client still starts, and those shards fail
+        # (a miss) until a replica takes over, which the client learns on its next attempt.
+        require_full_coverage=False,
+        retry=Retry(NoBackoff(), retries=2, supported_errors=(redis.exceptions.ConnectionError,)),
+    )
+
+
+def _decodes(client: RedisClient) -> bool:
+    if isinstance(client, AsyncRedisCluster):
+        return bool(client.get_encoder().decode_responses)
+    return bool(client.connection_pool.connection_kwargs.get("decode_responses"))

@@ -186,7 +186,9 @@ def test_clear_asks_first_and_removes_what_was_chosen(cache_dir: Path) -> None:
     assert "No cached answers." in out
 
 
-def test_a_cache_in_redis(redis_url: str) -> None:
+@pytest.mark.parametrize("engine", ["redis_url", pytest.param("redis_cluster_url", marks=pytest.mark.slow)])
+def test_a_cache_in_redis(engine: str, request: pytest.FixtureRequest) -> None:
+    redis_url = request.getfixturevalue(engine)  # one Redis, or a cluster: redis+cluster://h:p,h:p,...
     namespace = f"cli-{uuid.uuid4().hex[:8]}"
     fill(RedisStore(redis_url, namespace=namespace))
     where = ["--redis", redis_url, "--namespace", namespace]
@@ -229,6 +231,8 @@ def test_mistakes_are_one_line_and_change_nothing(tmp_path: Path) -> None:
         (["clear", "--yes", "--store", str(tmp_path)], 2),
         (["ls", "--store", str(notes), "--redis", closed_port], 2),
         (["stats", "--redis", closed_port], 1),
+        (["ls", "--redis", "http://127.0.0.1:6379"], 2),
+        (["clear", "--yes", "--redis", "redis+cluster://127.0.0.1:not-a-port"], 2),
     ]:
         result = CliRunner().invoke(app, ["cache", *args])
         assert result.exit_code == code, (args, result.output)

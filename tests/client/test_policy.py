@@ -233,5 +233,5 @@ class TestDeltaReply:
         assert why in decision.reason
 
     def test_what_a_request_accepts(self) -> None:
-        assert delta_formats(True) == DELTA_FORMATS == ("json-patch+splice/1",)
+        assert delta_formats(True) == DELTA_FORMATS == ("json-patch+splice/2", "json-patch+splice/1")
         assert delta_formats(False) == ()

@@ -64,7 +64,7 @@ def demo_command(notebook_dir: Path) -> list[str]:
     return [sys.executable, "-m", "mcpcache", "demo-server", "--dir", str(notebook_dir), "--no-revalidation"]
 
 
-TOKENS = {"alice": "alice-" + "a" * 24, "bob": "bob-" + "b" * 24}
+TOKENS = {who: f"{who}-" + who[0] * 24 for who in ("alice", "bob", "carol", "dave")}
 """The bearer tokens the replicas' static verifier accepts, by the client id they stand for."""
 
 
@@ -140,7 +140,21 @@ class Cluster:
 def cluster(notebook_dir: Path, redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """The HTTP upstreams (in threads of this process) and two gateway processes in front of them, which
     start side by side and are stopped by PID."""
-    folder = tmp_path_factory.mktemp("cluster")
+    with replicas(notebook_dir, redis_url, tmp_path_factory.mktemp("cluster")) as started:
+        yield started
+
+
+@pytest.fixture(scope="session")
+def cluster_on_redis_cluster(
+    notebook_dir: Path, redis_cluster_url: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Cluster]:
+    """As `cluster`, with the replicas sharing the session's Redis Cluster (3 primaries) instead."""
+    with replicas(notebook_dir, redis_cluster_url, tmp_path_factory.mktemp("cluster")) as started:
+        yield started
+
+
+@contextlib.contextmanager
+def replicas(notebook_dir: Path, redis_url: str, folder: Path) -> Iterator[Cluster]:
     with (
         served_in_thread(build_demo_server(notebook_dir, revalidation=False)) as demo,
         served_in_thread(build_counting_server()) as counting,

@@ -136,6 +136,11 @@ def test_the_one_command_options() -> None:
     assert shared.gateway.port == 0
     with pytest.raises(ConfigError, match="--redis"):
         with_overrides(config, redis="http://nope")
+    cluster = "rediss+cluster://127.0.0.1:7000,127.0.0.1:7001"
+    assert with_overrides(config, redis=cluster).store.redis == cluster  # type: ignore[union-attr]
+    in_file = parse_config(UPSTREAM + f'\n[store]\nredis = "{cluster}"\n')
+    assert in_file.store is not None
+    assert in_file.store.redis == cluster
 
 
 def test_the_one_command_options_set_the_stale_windows_as_the_toml_keys_do() -> None:

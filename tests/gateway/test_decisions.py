@@ -128,3 +128,15 @@ def test_a_stored_answer_hands_on_what_is_left_of_its_freshness() -> None:
     assert client_ttl_ms(5000, 9000) == 5000
     assert client_ttl_ms(5000, -3) == 0
     assert client_ttl_ms(None, 100) is None
+
+
+def test_an_upstream_whose_tags_are_not_trusted_is_sent_none_and_its_tags_and_confirmations_are_ignored() -> None:
+    settings = ToolSettings(scope="public")
+    assert forwarded_tag(settings, TAG, trust_tags=False) is None
+    tagged = read_upstream(
+        settings, block(ttlMs=7, cacheScope="public", etag=TAG), None, is_error=False, trust_tags=False
+    )
+    assert isinstance(tagged, TagFromAnswer)
+    assert (tagged.policy.ttl_ms, tagged.policy.scope, tagged.policy.etag) == (7, "public", True)
+    confirmed = block(ttlMs=1, etag=TAG, notModified=True)
+    assert isinstance(read_upstream(settings, confirmed, TAG, is_error=False, trust_tags=False), AskAgainWithoutTag)

@@ -19,7 +19,7 @@ import orjson
 import pytest
 from support.redis_server import Frozen, RedisServer
 
-from mcpcache.delta import FORMAT
+from mcpcache.delta import FORMATS
 from mcpcache.demo.notebooks import generate_notebook
 from mcpcache.gateway.config import AuthSettings, StaticToken
 from mcpcache.gateway.history import HISTORY_GROUP
@@ -164,7 +164,7 @@ async def test_the_gateway_advertises_the_format_only_when_it_keeps_a_history(fo
             assert discovered is not None
             return discovered.capabilities.extensions[EXTENSION_ID].get("deltaFormats")
 
-    assert await advertised(delta_gateway(folder, MemoryStore())) == [FORMAT]
+    assert await advertised(delta_gateway(folder, MemoryStore())) == list(FORMATS)
     assert await advertised(delta_gateway(folder, MemoryStore(), history_bytes=0)) is None
     assert await advertised(delta_gateway(folder, None)) is None
 

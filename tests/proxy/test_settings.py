@@ -70,6 +70,10 @@ def test_one_store_at_most() -> None:
         store_choice(Path("a.db"), "redis://localhost")
     with pytest.raises(SettingsError, match="redis://"):
         store_choice(None, "http://localhost")
+    cluster = "redis+cluster://127.0.0.1:7000,127.0.0.1:7001"
+    assert store_choice(None, cluster).redis_url == cluster
+    with pytest.raises(SettingsError, match=r"redis\+cluster://"):
+        store_choice(None, "cluster://127.0.0.1:7000")
 
 
 def test_answers_fetched_with_different_credentials_live_in_different_partitions() -> None:

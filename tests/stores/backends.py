@@ -136,7 +136,8 @@ def sqlite_backend(path: Path) -> Backend:
     )
 
 
-def redis_backend(url: str) -> Backend:
+def redis_backend(url: str, name: str = "redis") -> Backend:
+    """A fresh namespace on the Redis (one server or a cluster: `name` says which engine) that `url` names."""
     namespace = f"test-{uuid.uuid4().hex[:12]}"
 
     def open_store(limits: StoreLimits | None = None) -> Store:
@@ -173,7 +174,7 @@ def redis_backend(url: str) -> Backend:
         return bool(await store.client.exists(store.item_key(key)))
 
     return Backend(
-        name="redis",
+        name=name,
         open=open_store,
         clock=None,
         persistent=True,

@@ -268,8 +268,8 @@ async def test_a_directory_evicted_while_usage_scans_for_items_is_scanned_again(
     evictions = [2]
 
     class EvictedMidScan(RedisStore):
-        async def _call(self, op: str, *args: bytes | str | int, moving: int = 0) -> Any:
-            reply = await super()._call(op, *args, moving=moving)
+        async def _call(self, shard: int, op: str, *args: bytes | str | int, moving: int = 0) -> Any:
+            reply = await super()._call(shard, op, *args, moving=moving)
             if op == "adopt" and evictions[0]:
                 evictions[0] -= 1
                 await self.client.delete(prefix + "d", prefix + "u")  # as an allkeys-* eviction would

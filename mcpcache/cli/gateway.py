@@ -13,8 +13,8 @@ import typer
 from mcpcache.cli.app import app, port_problem, say
 
 if TYPE_CHECKING:
-    from mcpcache.gateway.app import Upstream
-    from mcpcache.gateway.config import UpstreamSettings
+    from mcpcache.gateway.app import Gateway, Upstream
+    from mcpcache.gateway.config import ServeSettings, UpstreamSettings
 
 
 @app.command("gateway", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -43,6 +43,13 @@ def gateway(
     redis: Annotated[
         str | None, typer.Option("--redis", metavar="URL", help="Share one Redis store with other replicas.")
     ] = None,
+    require_store: Annotated[
+        bool,
+        typer.Option(
+            "--require-store",
+            help="Exit (2) if the store does not answer at start, instead of serving without it until it does.",
+        ),
+    ] = False,
     host: Annotated[
         str | None, typer.Option("--host", metavar="HOST", help="Listen address (default 127.0.0.1).")
     ] = None,
@@ -71,12 +78,13 @@ def gateway(
             settings = quick_config(url=upstream, command=command or None, tools=tool or [])
         else:
             raise ConfigError("name the upstreams: --config FILE, or --upstream URL, or --upstream -- COMMAND...")
-        settings = with_overrides(settings, redis=redis, host=host, port=port)
+        settings = with_overrides(settings, redis=redis, host=host, port=port, require_store=require_store)
     except ConfigError as exc:
         print(f"mcpcache gateway: {exc}", file=sys.stderr)
         raise typer.Exit(2) from None
 
-    from mcpcache.gateway.app import KEEP_ALIVE_S, build_gateway, open_store
+    from mcpcache.gateway.app import build_gateway, open_store
+    from mcpcache.gateway.outages import StoreOutages, install_logging
     from mcpcache.gateway.reach import reach_upstreams
     from mcpcache.processes import free_port
 
@@ -104,6 +112,9 @@ def gateway(
     store_text = "none (tags and not-modified only)"
     if settings.store is not None:
         store_text = settings.store.redis or settings.store.sqlite or "memory (this process only)"
+    # One line per store outage (and one when it is over), never a traceback: see mcpcache/gateway/outages.py.
+    outages = StoreOutages(shared, _shown_store(store_text), say) if shared is not None else None
+    install_logging(outages)
 
     async def serve_when_reached() -> int:
         try:
@@ -113,28 +124,24 @@ def gateway(
             if failed:
                 print(f"mcpcache gateway: {'; '.join(_unreachable(up, why) for up, why in failed)}", file=sys.stderr)
                 return 2
+            why = await outages.probe() if outages is not None else None
+            if why is not None and settings.store is not None and settings.store.required:
+                shown = _shown_store(store_text)
+                text = f"the store {shown} is unreachable ({why}), and the store is required: not starting"
+                print(f"mcpcache gateway: {text}", file=sys.stderr)
+                return 2
+            if why is not None and outages is not None:
+                outages.went_down(why)
             say(f"mcpcache gateway: serving http://{serve.host}:{bound}{serve.path}")
             say(f"  upstreams: {'; '.join(f'{up.name}: {_shown(up.settings)}' for up in gateway.upstreams)}")
             say(f"  declared: {', '.join(declared) or 'none (every tool passes through untouched)'}")
             say(f"  store: {store_text}; auth: {settings.auth.kind}")
             # In this event loop: a stdio upstream's process and session, started above, serve the calls.
-            await gateway.server.run_http_async(
-                show_banner=False,
-                transport="http",
-                host=serve.host,
-                port=bound,
-                path=serve.path,
-                uvicorn_config={
-                    "timeout_keep_alive": KEEP_ALIVE_S,
-                    "http": serve.http,
-                    "access_log": serve.access_log,
-                },
-                # None leaves FastMCP's own setting (FASTMCP_JSON_RESPONSE) in charge, as before the key existed.
-                json_response=True if serve.json_response else None,
-                # Host and Origin checked on a loopback bind (DNS rebinding), and on any bind for named hosts.
-                host_origin_protection="auto",
-                allowed_hosts=list(serve.allowed_hosts) or None,
-            )
+            async with anyio.create_task_group() as watching:
+                if outages is not None:
+                    watching.start_soon(outages.watch)
+                await _serve(gateway, serve, bound)
+                watching.cancel_scope.cancel()
             return 0
         finally:
             await gateway.aclose()
@@ -142,6 +149,34 @@ def gateway(
     code = anyio.run(serve_when_reached)
     if code:
         raise typer.Exit(code)
+
+
+async def _serve(gateway: Gateway, serve: ServeSettings, bound: int) -> None:
+    from mcpcache.gateway.app import KEEP_ALIVE_S
+
+    await gateway.server.run_http_async(
+        show_banner=False,
+        transport="http",
+        host=serve.host,
+        port=bound,
+        path=serve.path,
+        uvicorn_config={
+            "timeout_keep_alive": KEEP_ALIVE_S,
+            "http": serve.http,
+            "access_log": serve.access_log,
+        },
+        # None leaves FastMCP's own setting (FASTMCP_JSON_RESPONSE) in charge, as before the key existed.
+        json_response=True if serve.json_response else None,
+        # Host and Origin checked on a loopback bind (DNS rebinding), and on any bind for named hosts.
+        host_origin_protection="auto",
+        allowed_hosts=list(serve.allowed_hosts) or None,
+    )
+
+
+def _shown_store(text: str) -> str:
+    from mcpcache.client.identity import shown_url
+
+    return shown_url(text) if "://" in text else text
 
 
 def _importable(name: str) -> bool:

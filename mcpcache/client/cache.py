@@ -671,6 +671,27 @@ class ToolCache(StaleServing, Keeping):
         looked: _Looked,
         timeout_s: float | None,
     ) -> tuple[CallToolResult, CallOutcome]:
+        """The call sent and answered (`_exchange`). One that fails instead, once its request may have left
+        (a timeout, a lost connection, a cancellation), ends freshness as an answered write would."""
+        stored = looked.found is not None
+        # Known before the request leaves: a cancellation leaves time for nothing but the store's mark.
+        read_only = await conn.read_only(identity.tool) if self.trusted and not stored else None
+        try:
+            return await self._exchange(conn, identity, key, mode, user_meta, looked, timeout_s)
+        except BaseException as exc:
+            await self._after_unanswered(conn, identity.tool, exc, read_only=read_only, stored=stored)
+            raise
+
+    async def _exchange(
+        self,
+        conn: Connection,
+        identity: CallIdentity,
+        key: str,
+        mode: CacheMode,
+        user_meta: dict[str, Any] | None,
+        looked: _Looked,
+        timeout_s: float | None,
+    ) -> tuple[CallToolResult, CallOutcome]:
         name, args = identity.tool, dict(identity.sent_arguments)
         found = looked.found
         lookup = looked.decision

@@ -12,6 +12,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import assert_never
 
+import anyio
+import mcp_types as mt
+from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
 
 from mcpcache.client.contracts import Connection
@@ -20,7 +23,17 @@ from mcpcache.client.keys import CallIdentity, readable_server
 from mcpcache.client.leaves import LeafMemo
 from mcpcache.client.managing import Managing
 from mcpcache.client.outcomes import CacheStats, CallOutcome, Status
-from mcpcache.client.policy import EntryMeta, ReturnUnstored, StoreAnswer, decide_size, ends_freshness, store_arm
+from mcpcache.client.policy import (
+    EndFreshness,
+    EntryMeta,
+    KeepFreshness,
+    ReturnUnstored,
+    StoreAnswer,
+    decide_size,
+    decide_unanswered,
+    ends_freshness,
+    store_arm,
+)
 from mcpcache.client.tier import copy_result, hold
 from mcpcache.delta.tree import Leaves
 from mcpcache.protocol import parse_cache_block
@@ -156,6 +169,23 @@ class Keeping(Managing):
         self._validated[(own, meta.etag or "", checksum)] = None
         return True
 
+    async def _after_unanswered(
+        self, conn: Connection, name: str, exc: BaseException, *, read_only: bool | None, stored: bool
+    ) -> None:
+        """A call failed once its request may have left (`exc`): its outcome is unknown, so it ends freshness,
+        in this process and in the store, as an answered write would (`decide_unanswered`). Even when the
+        failure is the caller's cancellation: the mark is written shielded, within the store's deadline."""
+        decision = decide_unanswered(failure=_failure_of(exc), read_only=read_only, trusted=self.trusted, stored=stored)
+        match decision:
+            case EndFreshness():
+                logger.info("tool %r: %s", name, decision.reason)
+                with anyio.CancelScope(shield=True):
+                    await self.end_freshness(conn.server_id, conn.era)
+            case KeepFreshness():
+                logger.debug("tool %r: %s", name, decision.reason)
+            case _:
+                assert_never(decision)
+
     async def _after_server_answer(self, conn: Connection, name: str, reply: CallToolResult) -> None:
         answered_with_block = parse_cache_block(reply.meta, self.meta_key) is not None
         if answered_with_block:
@@ -163,3 +193,14 @@ class Keeping(Managing):
         read_only = await conn.read_only(name) if self.trusted else None
         if ends_freshness(read_only=read_only, trusted=self.trusted, answered_with_block=False):
             await self.end_freshness(conn.server_id, conn.era)
+
+
+def _failure_of(exc: BaseException) -> str:
+    """How a call whose request may have left failed, in words."""
+    if isinstance(exc, anyio.get_cancelled_exc_class()):
+        return "the call was cancelled"
+    if isinstance(exc, MCPError) and exc.code == mt.REQUEST_TIMEOUT:
+        return "the call timed out"
+    if isinstance(exc, MCPError) and exc.code == mt.CONNECTION_CLOSED:
+        return "the call's exchange was lost"
+    return f"the call failed ({type(exc).__name__})"

@@ -8,6 +8,8 @@ read:
   to patch the stored answer with it, `ApplyDelta`, or ask again in full);
 - `decide_stale`: whether a stale entry may be served (at once while it is revalidated in the background,
   or in place of a server that could not answer), and why;
+- `decide_unanswered`: whether a call whose outcome is unknown (its request may have left, no answer came)
+  ends freshness as a write;
 - `reply_block`, `store_arm`, `freshness_ended_at`, `ends_freshness`, `may_serve`: the smaller rules the
   driver would otherwise decide on its own.
 The driver (`mcpcache.client.cache`) does exactly what the decision says.
@@ -44,10 +46,12 @@ __all__ = [
     "NO_CACHE_BLOCK",
     "ApplyDelta",
     "CacheMode",
+    "EndFreshness",
     "EntryMeta",
     "Fetch",
     "Join",
     "JoinFlight",
+    "KeepFreshness",
     "Lookup",
     "NotStale",
     "RepeatWithoutTag",
@@ -61,11 +65,13 @@ __all__ = [
     "StaleChoice",
     "StaleWindow",
     "StoreAnswer",
+    "Unanswered",
     "decide_join",
     "decide_lookup",
     "decide_reply",
     "decide_size",
     "decide_stale",
+    "decide_unanswered",
     "delta_formats",
     "ended_by_a_write",
     "ends_freshness",
@@ -483,6 +489,37 @@ def ends_freshness(*, read_only: bool | None, trusted: bool, answered_with_block
     if answered_with_block:
         return False
     return not (trusted and read_only is True)
+
+
+@dataclass(frozen=True)
+class EndFreshness:
+    reason: str
+
+
+@dataclass(frozen=True)
+class KeepFreshness:
+    reason: str
+
+
+Unanswered = EndFreshness | KeepFreshness
+
+
+def decide_unanswered(*, failure: str, read_only: bool | None, trusted: bool, stored: bool) -> Unanswered:
+    """Whether a call that failed once its request may have left (`failure`: a timeout, a lost connection, a
+    cancellation, an error) ends freshness: its outcome is unknown, so it does exactly as an answered write
+    would, and a read leaves freshness alone as an answered read would.
+
+    A read is a tool a trusted server annotated read-only, or a call whose stored answer (`stored`) came with
+    a cache block: the server called it a read when it answered (`ends_freshness`); anything else may be a
+    write the server applied before its answer was lost.
+    """
+    if not ends_freshness(read_only=read_only, trusted=trusted, answered_with_block=stored):
+        what = "its stored answer came with a cache block" if stored else "annotated read-only by a trusted server"
+        return KeepFreshness(f"{failure}; freshness not ended: a read ({what})")
+    return EndFreshness(
+        f"{failure}; its outcome is unknown, so freshness ends as after an answered write (the server may have "
+        "applied it)"
+    )
 
 
 def reply_block(meta: object, meta_key: str) -> CacheBlock | None:

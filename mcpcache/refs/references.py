@@ -36,6 +36,7 @@ from mcpcache.refs import rereads
 from mcpcache.refs.shown import ShownMemory
 from mcpcache.refs.uri import CacheUri, PointerError, UriError, is_cache_uri, mint, parse, resolve_pointer
 from mcpcache.refs.view import (
+    MISSING_URIS_FIELD,
     ModelView,
     Payload,
     Unencodable,
@@ -632,7 +633,7 @@ class References:
             hints.append(f"{cut(p.argument, _SHOWN_NAME_CHARS)}: {hint}")
         envelope = {
             "error": f"invalid_args: {tool} was not called; {summary}",
-            "_missing_uris": [p.to_json() for p in problems],
+            MISSING_URIS_FIELD: [p.to_json() for p in problems],
             "fix_hint": " ".join(hints),
         }
         return Resolution(None, envelope)

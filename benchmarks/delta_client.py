@@ -43,7 +43,7 @@ import mcpcache.client.cache as cache_module
 import mcpcache.client.wrappers as wrappers
 from mcpcache.bench.common import machine, percentile
 from mcpcache.bench.worker import HTTP_MAX_EVENT_BYTES
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.demo.notebooks import generate_notebook_of_size
 from mcpcache.processes import accepts, free_port, stop_process
 from mcpcache.stores import SQLiteStore
@@ -108,8 +108,12 @@ async def run(rounds: int, folder: Path, seed: int, port: int, server: subproces
     statuses: dict[str, list[str]] = {"deltas": [], "no deltas": []}
     async with connect() as stock, connect() as with_deltas, connect() as without:
         views = {
-            "deltas": ToolCache(SQLiteStore(folder / "deltas.db"), deltas=True).wrap(with_deltas, server_id=url),
-            "no deltas": ToolCache(SQLiteStore(folder / "whole.db"), deltas=False).wrap(without, server_id=url),
+            "deltas": ToolCache(SQLiteStore(folder / "deltas.db"), CacheSettings(deltas=True)).wrap(
+                with_deltas, server_id=url
+            ),
+            "no deltas": ToolCache(SQLiteStore(folder / "whole.db"), CacheSettings(deltas=False)).wrap(
+                without, server_id=url
+            ),
         }
         for view in views.values():
             await view.call("read_notebook", read)  # the first read: a miss for both, stored

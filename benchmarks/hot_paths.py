@@ -8,7 +8,7 @@
    - `memory`, `sqlite`: `ToolCache(MemoryStore())` / `ToolCache(SQLiteStore(file))` wrapping a client of
      the validator server: every read revalidates (ttl 0) and serves the stored answer (steady state: the
      stored answer was checked against the output schema once);
-   - `memory-view`, `sqlite-view`: the same with `ToolCache(read_only_views=True)` (the opt-in that serves the
+   - `memory-view`, `sqlite-view`: the same with `CacheSettings(read_only_views=True)` (the opt-in that serves the
      held answer itself, no copy), when this mcpcache has it.
    Each round takes the full read once and then the cheap configurations alternately, call by call, the
    order flipped every call (`--reps` calls each); a round's value for a configuration is the median of its
@@ -57,7 +57,7 @@ from mcp.client._memory import InMemoryTransport
 from mcp.client.streamable_http import streamable_http_client
 
 from mcpcache.bench.common import machine, percentile
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.demo.notebooks import generate_notebook_of_size
 from mcpcache.protocol import META_KEY, conditional_request_meta
 from mcpcache.stores import MemoryStore, SQLiteStore
@@ -123,8 +123,7 @@ async def http_client(url: str) -> AsyncIterator[mcp.Client]:
 
 def _cache(kind: str, tmp: Path) -> ToolCache:
     store = MemoryStore() if kind.startswith("memory") else SQLiteStore(tmp / f"{kind}.db")
-    options: dict[str, Any] = {"read_only_views": True} if kind.endswith("-view") else {}
-    return ToolCache(store, **options)
+    return ToolCache(store, CacheSettings(read_only_views=kind.endswith("-view")))
 
 
 async def unchanged(rounds: int, reps: int, errlog: TextIO, profile: bool) -> dict[str, Any]:

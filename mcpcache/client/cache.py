@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import replace
 from enum import Enum
 from functools import partial
@@ -35,7 +35,7 @@ from mcpcache.client.entries import (
 )
 from mcpcache.client.flights import Flights
 from mcpcache.client.keeping import Keeping
-from mcpcache.client.keyrules import KeyRules, overrides
+from mcpcache.client.keyrules import KeyRules
 from mcpcache.client.keys import Arm, CallIdentity, plain_arguments, readable_server
 from mcpcache.client.leaves import LeafMemo
 from mcpcache.client.managing import remember
@@ -43,7 +43,6 @@ from mcpcache.client.outcomes import CacheStats, CallOutcome, Status
 from mcpcache.client.patching import Patched, Unpatched, patch_answer
 from mcpcache.client.policy import (
     CACHE_MODES,
-    DEFAULT_MAX_ANSWER_BYTES,
     ApplyDelta,
     CacheMode,
     Fetch,
@@ -65,19 +64,16 @@ from mcpcache.client.policy import (
     reply_block,
 )
 from mcpcache.client.resend import sent_with_resend
-from mcpcache.client.stale import DEFAULT_BACKGROUND_REVALIDATIONS, Background, StaleServing
+from mcpcache.client.settings import CacheSettings
+from mcpcache.client.stale import Background, StaleServing
 from mcpcache.client.telemetry import ClientTelemetry
 from mcpcache.client.tier import DecodedTier, hold
 from mcpcache.client.views import view_of
-from mcpcache.protocol import META_KEY, conditional_request_meta
+from mcpcache.protocol import conditional_request_meta
 from mcpcache.sizes import bytes_saved, result_bytes
 from mcpcache.stores.base import Store
 from mcpcache.stores.fence import (
-    DEFAULT_STORE_COOLDOWN_S,
-    DEFAULT_STORE_DEADLINE_S,
-    DEFAULT_STORE_SECONDS_PER_MB,
     FencedStore,
-    FenceSettings,
 )
 from mcpcache.stores.opening import TOOLS_FILE, default_store
 
@@ -96,9 +92,6 @@ logger = logging.getLogger("mcpcache.client")
 Clock = Callable[[], float]
 K = TypeVar("K")
 V = TypeVar("V")
-
-DEFAULT_KEEP_STALE_S = 7 * 24 * 3600.0
-"""How long a stale but tagged entry is kept for cheap revalidation before the store may drop it."""
 
 
 def _unanswerable(name: str, *, delta: bool = False) -> CallToolResult:
@@ -142,49 +135,12 @@ class _Looked:
 class ToolCache(StaleServing, Keeping):
     """A private cache for MCP tool results.
 
-    store: where answers are kept (default: a SQLite file in the user's cache directory).
+    store: where answers are kept (default: a SQLite file in the user's cache directory; `close()` closes only
+        a store the cache opened itself).
+    settings: how the cache behaves (`CacheSettings`, documented field by field); the defaults when None.
     partition: the authorization context the answers belong to (derive it from a verified credential).
-    share_public: serve answers the server marked public to other partitions of the same store.
-    keep_private: keep answers the server marked private (the default). False for a partition that answers
-        several principals it cannot tell apart (the gateway's unauthenticated callers): their private answers
-        are returned as they came and never kept (the outcome says so), public ones are kept as usual.
-    trusted: believe the server's readOnlyHint and idempotentHint annotations: calls to tools not marked
-        read-only end the freshness of that server's entries in this partition (otherwise every call without
-        a cache block does), and a call of a tool marked read-only or idempotent whose exchange was lost after
-        it was sent is sent once more (docs/client.md, "Idempotent tools").
-    keep_stale_s: how long a tagged entry is kept after it goes stale, for cheap revalidation.
-    store_deadline_s: the longest a call waits on any one store operation that moves no body; a store that
-        does not answer in time is a miss, and is not asked again for `store_cooldown_s`.
-    store_deadline_per_mb_s: what a store operation that moves a body may take on top of that, per MB
-        (10^6 bytes) of the stored body: a save, or the load of an answer to serve (counted up to
-        `max_answer_bytes`).
-    max_answer_bytes: the largest answer kept, in stored bytes; a larger one is passed to the caller and
-        neither stored nor held decoded (its outcome says so).
-    decoded_tier_bytes: how many bytes of stored answers (counted as stored) this process keeps decoded in
-        front of the store (see `mcpcache.client.tier`); 0 keeps none; None (the default) is
-        `max_answer_bytes`, so any answer the cache stores can be held. Every serve is a private copy,
-        unless `read_only_views`.
-    deltas: accept delta replies (docs/client.md, "Delta replies"): a conditional request lists the delta
-        formats this cache applies, and a server that still holds the answer sent under the tag may reply
-        with the change only; the cache patches a private copy of its stored answer, verifies the digest of
-        the whole new answer, and serves and stores it (outcome `patched`). Any doubt is a repeat of the
-        call in full. False: requests accept no delta, as before deltas existed.
-    serve_stale: serve an answer that is no longer fresh when the server allows it (docs/client.md, "Serving
-        stale"): at once while it is revalidated in the background, or when the server cannot answer. False:
-        never, whatever the server allows.
-    background_revalidations: how many of those background revalidations run at once; past it a call
-        revalidates in the foreground. `close()` cancels and awaits the ones running.
-    read_only_views: serve the answer the decoded tier holds itself, not a private copy of it (and hold a
-        full answer as it was returned, not a copy). Off by default. It saves the copy and freeing it (about
-        1 ms of CPU for a 10 MB notebook answer, 15 us for 1 KB), and costs the caller a promise: nothing reachable from
-        a result (its content blocks, structured content, `_meta`, FastMCP's `.data`) is ever changed, by
-        the caller or anything it hands the result to. The SDK's models are mutable, so nothing enforces
-        it: a change is served to every later caller of this cache in this process until the entry is
-        replaced or evicted (the store's copy is not affected).
-    key_arguments, ignore_arguments: per tool, the arguments that alone name its answer, or those that never
-        change it (a request id): calls differing only in the others share one entry and one request
-        (docs/client.md, "Key arguments"). They win over what a server declares in `tools/list`, which is
-        believed only when `trusted`. Naming an argument that does change the answer serves wrong answers.
+    clock: the wall clock freshness is judged by (seconds since the epoch; `time.time` by default). Tests pass
+        a clock they move by hand; a cache and the processes sharing its store must agree on it.
     tracer_provider, meter_provider: the OpenTelemetry providers for this cache's spans and metrics
         (docs/observability.md); None (the default): the global ones, once the application sets them.
     """
@@ -192,58 +148,41 @@ class ToolCache(StaleServing, Keeping):
     def __init__(
         self,
         store: Store | None = None,
+        settings: CacheSettings | None = None,
         *,
         partition: str = "",
-        share_public: bool = False,
-        keep_private: bool = True,
-        trusted: bool = False,
-        meta_key: str = META_KEY,
-        keep_stale_s: float = DEFAULT_KEEP_STALE_S,
-        store_deadline_s: float = DEFAULT_STORE_DEADLINE_S,
-        store_cooldown_s: float = DEFAULT_STORE_COOLDOWN_S,
-        store_deadline_per_mb_s: float = DEFAULT_STORE_SECONDS_PER_MB,
-        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
-        decoded_tier_bytes: int | None = None,
-        deltas: bool = True,
-        serve_stale: bool = True,
-        background_revalidations: int = DEFAULT_BACKGROUND_REVALIDATIONS,
-        read_only_views: bool = False,
-        key_arguments: Mapping[str, Iterable[str]] | None = None,
-        ignore_arguments: Mapping[str, Iterable[str]] | None = None,
+        clock: Clock = time.time,
         tracer_provider: Any | None = None,
         meter_provider: Any | None = None,
-        clock: Clock = time.time,
     ) -> None:
         if not isinstance(partition, str):
             raise TypeError("partition must be a string")
-        if keep_stale_s < 0:
-            raise ValueError("keep_stale_s must be >= 0")
-        if isinstance(max_answer_bytes, bool) or not isinstance(max_answer_bytes, int) or max_answer_bytes < 1:
-            raise ValueError(f"max_answer_bytes must be an int >= 1, got {max_answer_bytes!r}")
+        if settings is None:
+            settings = CacheSettings()
+        elif not isinstance(settings, CacheSettings):
+            raise TypeError(f"settings must be a CacheSettings, got {type(settings).__name__}")
+        self.settings = settings
+        max_answer_bytes = settings.max_answer_bytes
         self.max_answer_bytes = max_answer_bytes
-        if type(background_revalidations) is not int or background_revalidations < 0:
-            raise ValueError(f"background_revalidations must be an int >= 0, got {background_revalidations!r}")
-        self.serve_stale = serve_stale
-        self._background = Background(background_revalidations)
+        self.serve_stale = settings.serve_stale
+        self._background = Background(settings.background_revalidations)
         self.store = store if store is not None else default_store(TOOLS_FILE)
         self._owns_store = store is None
         """`close()` closes only a store this cache opened itself (the default one)."""
         self.partition = partition
-        self.share_public = share_public
-        self.keep_private = keep_private
-        self.trusted = trusted
-        self.meta_key = meta_key
-        self._key_rules = KeyRules(overrides(key_arguments, ignore_arguments), trusted=trusted)
-        self.keep_stale_s = keep_stale_s
-        if not isinstance(deltas, bool):
-            raise TypeError("deltas must be True or False")
-        self.deltas = deltas
+        self.share_public = settings.share_public
+        self.keep_private = settings.keep_private
+        self.trusted = settings.trusted
+        self.meta_key = settings.meta_key
+        self._key_rules = KeyRules(settings.key_rules, trusted=settings.trusted)
+        self.keep_stale_s = settings.keep_stale_s
+        self.deltas = settings.deltas
         self.clock = clock
         self.stats = CacheStats()
         self._telemetry = ClientTelemetry(tracer_provider, meter_provider)
-        self._tier = DecodedTier(max_answer_bytes if decoded_tier_bytes is None else decoded_tier_bytes)
+        self._tier = DecodedTier(settings.tier_bytes)
         self._leaves = LeafMemo()
-        self.read_only_views = read_only_views
+        self.read_only_views = settings.read_only_views
         self._deferred = Deferred.of(self.store)
         """Store writes started beside the calls that asked for them (see `mcpcache.client.background`)."""
         self._flights = Flights()
@@ -271,7 +210,7 @@ class ToolCache(StaleServing, Keeping):
             meanwhile="calls go on without the cache",
             logger=logger,
             on_failure=self._count_store_failure,
-            settings=FenceSettings(store_deadline_s, store_cooldown_s, store_deadline_per_mb_s),
+            settings=settings.fence,
             most_bytes=max_answer_bytes,
         )
 

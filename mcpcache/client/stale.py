@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     from mcpcache.client.entries import Found
 
 __all__ = [
-    "DEFAULT_BACKGROUND_REVALIDATIONS",
     "DEFAULT_BACKGROUND_TIMEOUT_S",
     "Background",
     "StaleServing",
@@ -52,9 +51,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("mcpcache.client")
-
-DEFAULT_BACKGROUND_REVALIDATIONS = 16
-"""How many background revalidations one cache runs at once (`ToolCache(background_revalidations=...)`)."""
 
 DEFAULT_BACKGROUND_TIMEOUT_S = 60.0
 """The bound of a background revalidation whose caller's connection sets no read timeout of its own."""

@@ -22,7 +22,7 @@ import pytest
 from stores.backends import Backend, FakeClock, clock_of
 from support.transports import MODERN, ServerTarget
 
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.client.background import Deferred
 from mcpcache.client.keys import CallIdentity
 from mcpcache.client.tier import hold
@@ -97,7 +97,7 @@ def test_a_planned_copy_shares_nothing_a_caller_can_change() -> None:
 
 async def test_a_read_only_view_is_the_held_answer_itself_and_never_reaches_the_store(clock: FakeClock) -> None:
     store = MemoryStore(clock=clock)
-    cache = ToolCache(store, clock=clock, read_only_views=True)
+    cache = ToolCache(store, CacheSettings(read_only_views=True), clock=clock)
     lab = Lab()
     async with connect("mcp", ServerTarget.memory(build_lab("sdk", lab)), MODERN, cache, server_id=SERVER_ID) as conn:
         first = await conn.call("read", K)
@@ -160,7 +160,7 @@ class GatedStore(SQLiteStore):
 async def test_a_revalidation_is_recorded_after_its_answer_and_read_by_the_next_lookup(tmp_path: Path) -> None:
     clock = FakeClock()
     store = GatedStore(tmp_path / "cache.db", clock)
-    cache = ToolCache(store, clock=clock, store_deadline_s=30)
+    cache = ToolCache(store, CacheSettings(store_deadline_s=30), clock=clock)
     async with connect("mcp", ServerTarget.memory(build_lab("sdk")), MODERN, cache, server_id=SERVER_ID) as conn:
         assert (await conn.call("read", K)).outcome.status == "miss"
         clock.advance(6)
@@ -191,7 +191,7 @@ async def test_a_revalidation_is_recorded_after_its_answer_and_read_by_the_next_
 async def test_close_writes_the_records_still_pending(tmp_path: Path) -> None:
     clock = FakeClock()
     store = GatedStore(tmp_path / "cache.db", clock)
-    cache = ToolCache(store, clock=clock, store_deadline_s=30)
+    cache = ToolCache(store, CacheSettings(store_deadline_s=30), clock=clock)
     async with connect("mcp", ServerTarget.memory(build_lab("sdk")), MODERN, cache, server_id=SERVER_ID) as conn:
         await conn.call("read", K)
         clock.advance(6)
@@ -216,7 +216,7 @@ async def test_a_late_record_never_freshens_the_newer_answer_another_process_sto
     path = tmp_path / "cache.db"
     store_a = GatedStore(path, clock)
     store_b = SQLiteStore(path, clock=clock)
-    a = ToolCache(store_a, clock=clock, store_deadline_s=30)
+    a = ToolCache(store_a, CacheSettings(store_deadline_s=30), clock=clock)
     b = ToolCache(store_b, clock=clock)
     lab = Lab()
     target = ServerTarget.memory(build_lab("sdk", lab))
@@ -364,7 +364,7 @@ async def test_a_fresh_hit_follows_a_key_rule_declared_after_its_memo_was_filled
         return f"{key}:{noise}:{len(runs)}"
 
     install(server, ToolPolicies({"read": CachePolicy(ttl_ms=60_000, key_arguments=["key"])}))
-    cache = ToolCache(opened, clock=clock_of(backend), trusted=True)
+    cache = ToolCache(opened, CacheSettings(trusted=True), clock=clock_of(backend))
     async with connect("mcp", ServerTarget.memory(server), MODERN, cache, server_id=SERVER_ID) as conn:
         first = await conn.call("read", {"key": "k", "noise": 1})
         assert first.result.content[0].text == "k:1:1"

@@ -36,7 +36,7 @@ from mcpcache.client.entries import (
 from mcpcache.client.flights import Flights
 from mcpcache.client.keeping import Keeping
 from mcpcache.client.keyrules import KeyRules
-from mcpcache.client.keys import Arm, CallIdentity, plain_arguments, readable_server
+from mcpcache.client.keys import Arm, CallIdentity, NamedCall, plain_arguments, readable_server
 from mcpcache.client.leaves import LeafMemo
 from mcpcache.client.managing import remember
 from mcpcache.client.outcomes import CacheStats, CallOutcome, Status
@@ -281,15 +281,19 @@ class ToolCache(StaleServing, Keeping):
         mode: CacheMode = "use",
         meta: Mapping[str, Any] | None = None,
         variant: str = "",
+        named: NamedCall | None = None,
     ) -> tuple[CallToolResult, CallOutcome]:
-        """Answer one call, from the cache or the server. Returns the result and what was done."""
+        """Answer one call, from the cache or the server. Returns the result and what was done.
+
+        named: the call as `fresh_hit` named it an instant before (a view's fast path, which missed): it is
+        neither named nor checked for a fresh hit without awaiting again."""
         span = self._telemetry.begin(name)
         try:
             if not self._telemetry.own(span):
-                result, outcome = await self._answer(conn, name, arguments, mode, meta, variant)
+                result, outcome = await self._answer(conn, name, arguments, mode, meta, variant, named)
             else:
                 with self._telemetry.inside(span):
-                    result, outcome = await self._answer(conn, name, arguments, mode, meta, variant)
+                    result, outcome = await self._answer(conn, name, arguments, mode, meta, variant, named)
         except BaseException as exc:
             self._telemetry.failed(span, exc)
             raise
@@ -304,9 +308,10 @@ class ToolCache(StaleServing, Keeping):
         mode: CacheMode,
         meta: Mapping[str, Any] | None,
         variant: str,
+        named: NamedCall | None,
     ) -> tuple[CallToolResult, CallOutcome]:
         try:
-            return await self._execute(conn, name, arguments, mode=mode, meta=meta, variant=variant)
+            return await self._execute(conn, name, arguments, mode=mode, meta=meta, variant=variant, named=named)
         except Exception as exc:
             served = await self._serve_if_error(conn, name, arguments, mode, variant, exc)
             if served is None:
@@ -322,21 +327,26 @@ class ToolCache(StaleServing, Keeping):
         mode: CacheMode,
         meta: Mapping[str, Any] | None,
         variant: str,
+        named: NamedCall | None,
     ) -> tuple[CallToolResult, CallOutcome]:
         if mode not in CACHE_MODES:
             raise ValueError(f"cache mode must be one of {CACHE_MODES}, got {mode!r}")
-        args = dict(arguments or {})
         user_meta = dict(meta) if meta else None
         rules = self._key_rules
         # Only a trusted server's declarations are awaited (listed once per server); the rest is a dict read.
         rule = await rules.rule(conn, name) if rules.trusted and mode != "bypass" else rules.own.get(name)
-        identity = KeyRules.identity(rule, conn.server_id, self.partition, conn.era, name, args, variant)
-        try:
-            key = identity.key("private")
-        except CanonicalizationError as exc:
-            mode, why = "bypass", f"not cached: arguments have no canonical form ({exc})"
+        why = "bypass: the cache is not consulted and nothing is stored"
+        if named is not None and named.rule is rule:
+            # Named by the view's fresh check an instant ago, which found no fresh hit held decoded.
+            identity, key, checked = named.identity, named.key, True
         else:
-            why = "bypass: the cache is not consulted and nothing is stored"
+            checked = False
+            args = dict(arguments or {})  # the call's own copy: the caller may change its dict meanwhile
+            identity = KeyRules.identity(rule, conn.server_id, self.partition, conn.era, name, args, variant)
+            try:
+                key = identity.key("private")
+            except CanonicalizationError as exc:
+                mode, why = "bypass", f"not cached: arguments have no canonical form ({exc})"
         if mode == "bypass":
             # Nothing is looked up or kept, but a not-modified reply is still never passed off as an answer.
             left_alone = _Looked(None, None, Fetch(store=False, reason=why))
@@ -345,7 +355,7 @@ class ToolCache(StaleServing, Keeping):
         if (conn.server_id, conn.era, variant) not in self._variants:
             remember(self._variants, (conn.server_id, conn.era, variant), None)
 
-        if mode == "use":
+        if mode == "use" and not checked:
             hit = self._fresh_now(identity, key)
             if hit is not None:
                 return self._finish(identity, *hit)
@@ -434,10 +444,11 @@ class ToolCache(StaleServing, Keeping):
 
     def fresh_hit(
         self, server_id: str, era: str, name: str, arguments: Mapping[str, Any] | None, variant: str = ""
-    ) -> tuple[CallToolResult, CallOutcome] | None:
+    ) -> tuple[CallToolResult, CallOutcome] | NamedCall | None:
         """The call answered as a fresh hit without awaiting anything (`_fresh_now`: a store in memory, the
-        answer held decoded), with its outcome recorded as `execute` records it; None when it cannot be, and
-        `execute` answers it. What the caching views try first, before they build a connection."""
+        answer held decoded), with its outcome recorded as `execute` records it. Otherwise the call as named
+        here, for `execute(named=...)` to take as it is, or None when its arguments have no canonical form
+        (`execute` says so). What the caching views try first, before they build a connection."""
         # The rule known without asking (an override, or declarations listed before); otherwise the key on
         # every argument, whose entry, if any, is this very call's answer too.
         rule = self._key_rules.known(server_id, name)
@@ -458,7 +469,7 @@ class ToolCache(StaleServing, Keeping):
             remember(self._variants, (server_id, era, variant), None)
         hit = self._fresh_now(identity, key)
         if hit is None:
-            return None
+            return NamedCall(identity, key, rule)
         span = self._telemetry.begin(name)
         result, outcome = self._finish(identity, *hit)
         self._telemetry.record(span, server_id, name, outcome)
@@ -631,7 +642,8 @@ class ToolCache(StaleServing, Keeping):
         looked: _Looked,
         timeout_s: float | None,
     ) -> tuple[CallToolResult, CallOutcome]:
-        name, args = identity.tool, dict(identity.sent_arguments)
+        # The call's own copy of its arguments, made when it was named; the clients build a request of it.
+        name, args = identity.tool, cast("dict[str, Any]", identity.sent_arguments)
         found = looked.found
         lookup = looked.decision
         reason = lookup.reason

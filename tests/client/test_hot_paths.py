@@ -379,3 +379,46 @@ async def test_a_fresh_hit_follows_a_key_rule_declared_after_its_memo_was_filled
             assert (call.outcome.status, call.result.content[0].text) == ("fresh_hit", "k:1:1")
         assert (await conn.call("read", {"key": "j", "noise": 9})).result.content[0].text == "j:1:2"
         assert runs == [("k", 1), ("j", 1)]
+
+
+# -- a miss names the call once ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["mcp", "session", "fastmcp"])
+async def test_a_miss_builds_the_calls_identity_and_key_once_and_checks_freshness_once(
+    kind: str, monkeypatch: pytest.MonkeyPatch, clock: FakeClock
+) -> None:
+    """Through a real server in memory: the view's fast path names the call (identity, store key, one copy
+    of the arguments) and the driver's slow path takes that name, instead of building it again and running
+    the fresh check a second time before the lookup."""
+    from mcpcache.client.keyrules import KeyRules
+
+    counts = {"identity": 0, "key": 0, "fresh_now": 0}
+    build, key, fresh_now = KeyRules.identity, CallIdentity.key, ToolCache._fresh_now
+
+    def counted_identity(*args: Any, **kwargs: Any) -> CallIdentity:
+        counts["identity"] += 1
+        return build(*args, **kwargs)
+
+    def counted_key(self: CallIdentity, *args: Any, **kwargs: Any) -> str:
+        if args == ("private",) and not kwargs:
+            counts["key"] += 1
+        return key(self, *args, **kwargs)
+
+    def counted_fresh_now(self: ToolCache, *args: Any) -> Any:
+        counts["fresh_now"] += 1
+        return fresh_now(self, *args)
+
+    monkeypatch.setattr(KeyRules, "identity", staticmethod(counted_identity))
+    monkeypatch.setattr(CallIdentity, "key", counted_key)
+    monkeypatch.setattr(ToolCache, "_fresh_now", counted_fresh_now)
+    cache = ToolCache(MemoryStore(clock=clock), clock=clock)  # a clock that stands still: no ttl runs out
+    server = build_lab("fastmcp" if kind == "fastmcp" else "sdk")
+    async with connect(kind, ServerTarget.memory(server), MODERN, cache, server_id=SERVER_ID) as conn:  # type: ignore[arg-type]
+        arguments = {"key": "k"}
+        miss = await conn.call("read", arguments)
+        assert miss.outcome.status == "miss"
+        assert counts == {"identity": 1, "key": 1, "fresh_now": 1}
+        arguments["key"] = "changed after the call"  # the cache kept a copy of its own
+        hit = await conn.call("read", K)
+        assert hit.outcome.status == "fresh_hit"

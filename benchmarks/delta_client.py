@@ -12,7 +12,7 @@ in an order shuffled per round. The cached reads are timed by phase, by wrapping
   receives and parses it);
 - patch: the private copy of the stored answer, the ops and the digest (`patch_answer`, deltas only);
 - schema check: the client's output-schema check of the new answer (`Connection.validate`);
-- store: encoding the answer for the store and saving it (`ToolCache._keep`).
+- store: encoding the answer for the store and saving it (`Keeping.keep`).
 
 Figures are medians over the rounds, with p10-p90, and the stock read of the same round over each cached
 read (the speed-up, per round).
@@ -40,6 +40,7 @@ import mcp
 from mcp.client.streamable_http import streamable_http_client
 
 import mcpcache.client.cache as cache_module
+import mcpcache.client.keeping as keeping
 import mcpcache.client.wrappers as wrappers
 from mcpcache.bench.common import machine, percentile
 from mcpcache.bench.worker import HTTP_MAX_EVENT_BYTES
@@ -84,7 +85,7 @@ def instrument() -> None:
     _timed(wrappers._SessionConnection, "send", "server and wire")
     _timed(wrappers._SessionConnection, "validate", "schema check")
     _timed(cache_module, "patch_answer", "patch", is_async=False)
-    _timed(cache_module.ToolCache, "_keep", "store")
+    _timed(keeping.Keeping, "keep", "store")
 
 
 def spread(values: list[float]) -> str:

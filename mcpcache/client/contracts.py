@@ -66,7 +66,8 @@ class Connection(Protocol):
 class ViewCache(Protocol):
     """What a caching view asks of its cache (`ToolCache` is the one implementation)."""
 
-    meta_key: str
+    @property
+    def meta_key(self) -> str: ...
 
     async def execute(
         self,

@@ -80,7 +80,7 @@ async def test_trusted_annotations(
 @pytest.mark.parametrize("tool", ["peek", "edit", "touch"])
 async def test_untrusted_annotations_are_not_believed(tool: str, clock: FakeClock, cache: ToolCache) -> None:
     # ends_freshness: without trust, any call answered without a cache block may have changed something.
-    assert not cache.trusted
+    assert not cache.settings.trusted
     async with connect("mcp", ServerTarget.memory(build_lab("fastmcp")), MODERN, cache) as conn:
         assert await status_of(conn) == "miss"
         await conn.call("read", {"key": "other"})  # answered with a block: a read, even untrusted

@@ -51,7 +51,7 @@ def key_of(cache: ToolCache, arguments: Mapping[str, Any] = K, tool: str = "read
 async def test_a_callers_changes_never_reach_a_later_serve_of_a_large_answer(backend: Backend, opened: Store) -> None:
     clock = clock_of(backend)
     cache = ToolCache(opened, clock=clock)
-    assert cache.read_only_views is False  # the default
+    assert cache.settings.read_only_views is False  # the default
     lab = Lab()
     lab.docs.write("k", LONG)
     async with connect("mcp", ServerTarget.memory(build_lab("sdk", lab)), MODERN, cache, server_id=SERVER_ID) as conn:
@@ -392,9 +392,10 @@ async def test_a_miss_builds_the_calls_identity_and_key_once_and_checks_freshnes
     of the arguments) and the driver's slow path takes that name, instead of building it again and running
     the fresh check a second time before the lookup."""
     from mcpcache.client.keyrules import KeyRules
+    from mcpcache.client.lookup import Reader
 
     counts = {"identity": 0, "key": 0, "fresh_now": 0}
-    build, key, fresh_now = KeyRules.identity, CallIdentity.key, ToolCache._fresh_now
+    build, key, fresh_now = KeyRules.identity, CallIdentity.key, Reader.fresh_now
 
     def counted_identity(*args: Any, **kwargs: Any) -> CallIdentity:
         counts["identity"] += 1
@@ -405,13 +406,13 @@ async def test_a_miss_builds_the_calls_identity_and_key_once_and_checks_freshnes
             counts["key"] += 1
         return key(self, *args, **kwargs)
 
-    def counted_fresh_now(self: ToolCache, *args: Any) -> Any:
+    def counted_fresh_now(self: Reader, *args: Any) -> Any:
         counts["fresh_now"] += 1
         return fresh_now(self, *args)
 
     monkeypatch.setattr(KeyRules, "identity", staticmethod(counted_identity))
     monkeypatch.setattr(CallIdentity, "key", counted_key)
-    monkeypatch.setattr(ToolCache, "_fresh_now", counted_fresh_now)
+    monkeypatch.setattr(Reader, "fresh_now", counted_fresh_now)
     cache = ToolCache(MemoryStore(clock=clock), clock=clock)  # a clock that stands still: no ttl runs out
     server = build_lab("fastmcp" if kind == "fastmcp" else "sdk")
     async with connect(kind, ServerTarget.memory(server), MODERN, cache, server_id=SERVER_ID) as conn:  # type: ignore[arg-type]

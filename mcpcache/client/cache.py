@@ -175,24 +175,41 @@ class ToolCache:
         server_id: str,
         declaring: Declaring | None = None,
     ) -> None:
+        """Never serve again, without asking the server, what is cached for one call on `server_id` (`tool`
+        with `arguments`; None is no arguments, as in `call_tool`), or with no tool for every call on it.
+
+        Works as a mutation does (see `decide_join`): the freshness of what the call (or the server) has
+        cached in this partition ends now, in this process and in the store, so an answer to a request sent
+        before the invalidation, landing after it, is never served as fresh, and no later call shares such a
+        request. The entries this process can name and their decoded copies are dropped as well (for the
+        server, its entries in every partition), so the next call asks for the whole answer.
+
+        `server_id` is the view's (`cached.server_id`); a view's own `invalidate` fills it in, and passes
+        itself as `declaring`, so that the server's key arguments are read (listed once) before the call is
+        named: without them, a cache that has called nothing yet would end only the entry keyed on every
+        argument, not the one other caches keep under the key arguments. Like a call,
+        it never raises for a failing store: this process honours the invalidation regardless, and other
+        processes sharing the store learn of it only if the store recorded it.
+        """
         await self._managing.invalidate(tool, arguments, server_id=server_id, declaring=declaring)
 
-    invalidate.__doc__ = Managing.invalidate.__doc__
-
     async def end_freshness(self, server_id: str, era: str | None = None) -> None:
+        """End the freshness of every entry of `server_id` in this partition (their tags stay usable)."""
         await self._managing.end_freshness(server_id, era)
 
-    end_freshness.__doc__ = Managing.end_freshness.__doc__
-
     async def clear(self) -> int:
+        """Remove every tool answer the store holds (every server, every partition); returns how many.
+
+        The freshness marks stay, so nothing cached before is ever taken for fresh again, and in this process
+        no call shares a request sent before the clear. A failing store raises: unlike a call, a clear that
+        did not happen must not look as if it had.
+        """
         return await self._managing.clear()
 
-    clear.__doc__ = Managing.clear.__doc__
-
     def entries(self, *, server: str | None = None, tool: str | None = None) -> AsyncIterator[CachedEntry]:
+        """What the store holds, a page at a time, each as a person reads it (see `mcpcache cache ls`):
+        `server` is an entry's readable server label, as listed."""
         return self._managing.entries(server=server, tool=tool)
-
-    entries.__doc__ = Managing.entries.__doc__
 
     def _count_store_failure(self) -> None:
         self.stats.store_failures += 1
@@ -424,7 +441,7 @@ class ToolCache:
     def fresh_hit(
         self, server_id: str, era: str, name: str, arguments: Mapping[str, Any] | None, variant: str = ""
     ) -> tuple[CallToolResult, CallOutcome] | NamedCall | None:
-        """The call answered as a fresh hit without awaiting anything (`_fresh_now`: a store in memory, the
+        """The call answered as a fresh hit without awaiting anything (`Reader.fresh_now`: a store in memory, the
         answer held decoded), with its outcome recorded as `execute` records it. Otherwise the call as named
         here, for `execute(named=...)` to take as it is, or None when its arguments have no canonical form
         (`execute` says so). What the caching views try first, before they build a connection."""
@@ -526,7 +543,7 @@ class ToolCache:
                 entry=found.entry if found is not None else None,
                 is_error=reply.is_error,
                 block=reply_block(reply.meta, self.settings.meta_key),
-                size=0,  # filled in by _keep, which encodes the answer only if it is kept
+                size=0,  # filled in by Keeping.keep, which encodes the answer only if it is kept
                 requested_at=requested_at,
                 received_at=self.clock(),
                 store=store,

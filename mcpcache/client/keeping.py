@@ -132,7 +132,7 @@ class Keeping:
         if patched_by is not None:
             # A patched answer is written after it is returned: the store write is most of what is left of
             # a read after an edit (about 50 ms for a 5 MB notebook on SQLite), and it only feeds later
-            # lookups, which wait for it in this process (`_look`) as for a revalidation's record. The held
+            # lookups, which wait for it in this process (`Reader.look`) as for a revalidation's record. The held
             # copy is taken now, before the caller can change `reply`; the body is already encoded.
             copy = reply if self.read_only_views else copy_result(reply)
 

@@ -77,22 +77,7 @@ class Managing:
         server_id: str,
         declaring: Declaring | None = None,
     ) -> None:
-        """Never serve again, without asking the server, what is cached for one call on `server_id` (`tool`
-        with `arguments`; None is no arguments, as in `call_tool`), or with no tool for every call on it.
-
-        Works as a mutation does (see `decide_join`): the freshness of what the call (or the server) has
-        cached in this partition ends now, in this process and in the store, so an answer to a request sent
-        before the invalidation, landing after it, is never served as fresh, and no later call shares such a
-        request. The entries this process can name and their decoded copies are dropped as well (for the
-        server, its entries in every partition), so the next call asks for the whole answer.
-
-        `server_id` is the view's (`cached.server_id`); a view's own `invalidate` fills it in, and passes
-        itself as `declaring`, so that the server's key arguments are read (listed once) before the call is
-        named: without them, a cache that has called nothing yet would end only the entry keyed on every
-        argument, not the one other caches keep under the key arguments. Like a call,
-        it never raises for a failing store: this process honours the invalidation regardless, and other
-        processes sharing the store learn of it only if the store recorded it.
-        """
+        """What `ToolCache.invalidate` does (its docstring says what that is)."""
         if tool is None:
             if arguments is not None:
                 raise TypeError("arguments name one call of a tool: pass the tool as well")
@@ -146,12 +131,7 @@ class Managing:
                     await self.remove(key)
 
     async def clear(self) -> int:
-        """Remove every tool answer the store holds (every server, every partition); returns how many.
-
-        The freshness marks stay, so nothing cached before is ever taken for fresh again, and in this process
-        no call shares a request sent before the clear. A failing store raises: unlike a call, a clear that
-        did not happen must not look as if it had.
-        """
+        """What `ToolCache.clear` does (its docstring says what that is)."""
         self._cleared_at = self.clock()
         # A write still pending (a patched answer's, returned before the clear) would otherwise land after the
         # removal and leave an entry other processes take for fresh: the clear writes no freshness mark.
@@ -161,8 +141,7 @@ class Managing:
         return await self._shelf.store.remove_matching(Match(TOOLS_GROUP))
 
     def entries(self, *, server: str | None = None, tool: str | None = None) -> AsyncIterator[CachedEntry]:
-        """What the store holds, a page at a time, each as a person reads it (see `mcpcache cache ls`):
-        `server` is an entry's readable server label, as listed."""
+        """What `ToolCache.entries` does (its docstring says what that is)."""
         from mcpcache.client.inventory import cached_entries
 
         return cached_entries(self._shelf.store, server=server, tool=tool, clock=self.clock)
@@ -191,7 +170,7 @@ class Managing:
         await self._store.remove(key)
 
     async def end_freshness(self, server_id: str, era: str | None = None) -> None:
-        """End the freshness of every entry of `server_id` in this partition (their tags stay usable)."""
+        """What `ToolCache.end_freshness` does (its docstring says what that is)."""
         identity = CallIdentity(server_id, self.partition, era or "", "", {})
         now = self.clock()
         mark_key = identity.mark_key()

@@ -1,9 +1,13 @@
 """The client half's driver: `ToolCache.execute` answers one call from the cache or the server.
 
 It asks `mcpcache.client.policy` what to do, does the I/O it was told to do through a `Connection` (the only
-thing a wrapper provides) and the fenced store, and reports an outcome. The jobs around it live in their
-own modules: outcomes and stats (`outcomes`), stored answers (`entries`), single flight (`flights`) and
-the failing-store fence (`fence`).
+thing a wrapper provides) and the fenced store, and reports an outcome. The call's path, state by state
+with the transitions out of each, is drawn in `mcpcache.client.path`; this module walks it. The driver
+builds and owns its parts, each handed what it uses (their shared state is one `Shelf`): the lookup
+(`lookup.Reader`), keeping answers (`keeping.Keeping`), the stale windows (`stale.StaleServing`, handed the
+driver's send and finish steps) and invalidation, freshness ends, clearing and listing
+(`managing.Managing`). Around it: outcomes and stats (`outcomes`), stored answers (`entries`), single flight
+(`flights`), the failing-store fence (`mcpcache.stores.fence`).
 
 Where two writers meet, the store decides atomically: a save never replaces an entry whose request was
 sent later (`Item.stamp`), and a revalidation freshens the stored entry only if it still holds the tag
@@ -360,14 +364,19 @@ class ToolCache:
         while True:
             landed = self._flights.landed(key)
             looked = await self._reader.look(identity, key, mode)
-            if isinstance(looked.decision, ServeFresh):
-                served = await self._reader.serve_fresh(looked)
-                if not isinstance(served, Unserved):
-                    return self._finish(identity, *served)
-                replaced += served is Unserved.GONE
-                if served is Unserved.GONE and replaced < _LOOKS_AFTER_A_REPLACEMENT:
-                    continue  # another writer's version: judged by its own metadata
-                looked = await self._reader.unserved(looked, served)
+            match looked.decision:
+                case ServeFresh():
+                    served = await self._reader.serve_fresh(looked)
+                    if not isinstance(served, Unserved):
+                        return self._finish(identity, *served)
+                    replaced += served is Unserved.GONE
+                    if served is Unserved.GONE and replaced < _LOOKS_AFTER_A_REPLACEMENT:
+                        continue  # another writer's version: judged by its own metadata
+                    looked = await self._reader.unserved(looked, served)  # a miss now
+                case Revalidate() | Fetch():
+                    pass  # the stale window, single flight, then the request
+                case _:
+                    assert_never(looked.decision)
             stale = await self._stale.serve_while_revalidating(conn, identity, key, mode, user_meta, looked)
             if stale is not None:
                 return self._finish(identity, *stale)

@@ -118,12 +118,12 @@ class CacheSettings:
     later caller of this cache in this process until the entry is replaced or evicted (the store's copy is not
     affected)."""
 
-    key_arguments: Mapping[str, Iterable[str]] | None = None
+    key_arguments: Mapping[str, Iterable[str]] | None = field(default=None, hash=False)
     """Per tool, the arguments that alone name its answer: calls differing only in the others share one entry
     and one request (docs/client.md, "Key arguments"). Wins over what a server declares in `tools/list`, which
     is believed only when `trusted`. Naming an argument that does change the answer serves wrong answers."""
 
-    ignore_arguments: Mapping[str, Iterable[str]] | None = None
+    ignore_arguments: Mapping[str, Iterable[str]] | None = field(default=None, hash=False)
     """Per tool, the arguments that never change its answer (a request id); the other side of `key_arguments`
     (a tool is named in one of the two, not both)."""
 

@@ -353,7 +353,8 @@ class ToolCache:
             left_alone = Looked(None, None, Fetch(store=False, reason=why))
             sent = await self._send(conn, identity, "", mode, user_meta, left_alone, conn.timeout_s)
             return self._finish(identity, *sent)
-        self._managing.note_variant(conn.server_id, conn.era, variant)
+        if (conn.server_id, conn.era, variant) not in self._managing.variants:
+            self._managing.note_variant(conn.server_id, conn.era, variant)
 
         if mode == "use" and not checked:
             hit = self._reader.fresh_now(identity, key)
@@ -470,7 +471,8 @@ class ToolCache:
                 return None
             if plain is not None and not identity.projection:
                 remember(self._named, named, (identity, key))
-        self._managing.note_variant(server_id, era, variant)
+        if (server_id, era, variant) not in self._managing.variants:
+            self._managing.note_variant(server_id, era, variant)
         hit = self._reader.fresh_now(identity, key)
         if hit is None:
             return NamedCall(identity, key, rule)

@@ -55,7 +55,7 @@ class CachedFastMCPClient(_CachedView):
         """The raw `mcp_types.CallToolResult` and the cache's outcome."""
         variant = f"version={version}" if version is not None else ""
         fresh = self._fresh(name, arguments, cache_mode, variant)
-        if isinstance(fresh, CachedCall):
+        if type(fresh) is CachedCall:  # not isinstance: a fresh hit is the hot path
             return fresh
         request_meta = dict(meta) if meta else {}
         if version is not None:

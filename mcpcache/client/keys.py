@@ -14,7 +14,7 @@ import json
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, final
 from urllib.parse import urlsplit, urlunsplit
 
 import orjson
@@ -130,6 +130,7 @@ class CallIdentity:
         return abbreviate(self.canonical_arguments().decode())
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class NamedCall:
     """A call named once: its identity (holding the one copy of its arguments the cache makes), its private

@@ -60,14 +60,14 @@ class Managing:
         past `_MAX_REMEMBERED`. A plain dict: every lookup reads it, and most read it empty."""
         self._cleared_at: float | None = None
         """When this process last cleared the cache: every entry and flight older than that is not fresh here."""
-        self._variants: dict[tuple[str, str, str], None] = {}
+        self.variants: dict[tuple[str, str, str], None] = {}
         """(server, era, variant) of the calls this process made, the oldest going first past
-        `_MAX_REMEMBERED`: where an invalidation finds a call's keys."""
+        `_MAX_REMEMBERED`: where an invalidation finds a call's keys. The driver notes each call's
+        (`note_variant`), reading it first: most calls are of a variant noted before."""
 
     def note_variant(self, server_id: str, era: str, variant: str) -> None:
         """A call of `server_id` at `era` with `variant` was made: an invalidation looks for its keys there."""
-        if (server_id, era, variant) not in self._variants:
-            remember(self._variants, (server_id, era, variant), None)
+        remember(self.variants, (server_id, era, variant), None)
 
     async def invalidate(
         self,
@@ -116,7 +116,7 @@ class Managing:
         remember(self._invalidated, call_mark, max(now, self._invalidated.get(call_mark, now)))
         self._tier.discard_if(lambda held: held.call == call_mark)
         await self._store.save_persistently(call_mark, mark_item(now))
-        for server, era, variant in list(self._variants.keys()):
+        for server, era, variant in list(self.variants.keys()):
             if server == identity.server:
                 named = CallIdentity(
                     identity.server,

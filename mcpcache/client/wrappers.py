@@ -19,7 +19,7 @@ import logging
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, final
 
 import anyio
 import mcp_types as mt
@@ -49,6 +49,7 @@ _FRESHNESS_ENDING = (
 PlainSend = Callable[[str, dict[str, Any], dict[str, Any] | None], Awaitable[mt.CallToolResult]]
 
 
+@final
 @dataclass(frozen=True)
 class CachedCall:
     """A result together with what the cache did to produce it."""
@@ -320,7 +321,7 @@ class _CachedView:
         self._hook_notifications()
         era = self.session.protocol_version or "unknown"
         hit = self._cache.fresh_hit(self.server_id, era, name, arguments, variant)
-        if hit is None or isinstance(hit, NamedCall):
+        if hit is None or type(hit) is NamedCall:
             return hit
         self.last_outcome = hit[1]
         return CachedCall(*hit)
@@ -379,7 +380,7 @@ class CachedMCPClient(_CachedView):
         cache_mode: CacheMode = "use",
     ) -> CachedCall:
         fresh = self._fresh(name, arguments, cache_mode) if input_responses is None and request_state is None else None
-        if isinstance(fresh, CachedCall):
+        if type(fresh) is CachedCall:  # not isinstance: a fresh hit is the hot path
             return fresh
         return await self._call(
             name,
@@ -447,7 +448,7 @@ class CachedMCPClient(_CachedView):
     ) -> mt.CallToolResult:
         # The fresh hit tried here as `call` would: one coroutine less on the path a hit takes.
         fresh = self._fresh(name, arguments, cache_mode) if input_responses is None and request_state is None else None
-        if isinstance(fresh, CachedCall):
+        if type(fresh) is CachedCall:  # not isinstance: a fresh hit is the hot path
             return fresh.result  # type: ignore[no-any-return]
         call = await self._call(
             name,
@@ -486,7 +487,7 @@ class CachedSession(_CachedView):
         cache_mode: CacheMode = "use",
     ) -> CachedCall:
         fresh = self._fresh(name, arguments, cache_mode)
-        if isinstance(fresh, CachedCall):
+        if type(fresh) is CachedCall:  # not isinstance: a fresh hit is the hot path
             return fresh
         return await self._call(name, arguments, read_timeout_seconds, progress_callback, meta, cache_mode, fresh)
 
@@ -527,7 +528,7 @@ class CachedSession(_CachedView):
         cache_mode: CacheMode = "use",
     ) -> mt.CallToolResult:
         fresh = self._fresh(name, arguments, cache_mode)  # as in `CachedMCPClient.call_tool`
-        if isinstance(fresh, CachedCall):
+        if type(fresh) is CachedCall:  # not isinstance: a fresh hit is the hot path
             return fresh.result  # type: ignore[no-any-return]
         call = await self._call(name, arguments, read_timeout_seconds, progress_callback, meta, cache_mode, fresh)
         result: mt.CallToolResult = call.result

@@ -344,7 +344,7 @@ async def test_the_bound_is_checked_on_construction() -> None:
     for bad in (0, -1, True, 1.5, "64MB"):
         with pytest.raises(ValueError, match="max_answer_bytes"):
             ToolCache(MemoryStore(), CacheSettings(max_answer_bytes=bad))  # type: ignore[arg-type]
-    assert ToolCache(MemoryStore()).max_answer_bytes == DEFAULT_MAX_ANSWER_BYTES == 64 * 1024 * 1024
+    assert ToolCache(MemoryStore()).settings.max_answer_bytes == DEFAULT_MAX_ANSWER_BYTES == 64 * 1024 * 1024
     for per_mb in (-0.1, float("nan")):
         with pytest.raises(ValueError, match="per MB"):
             ToolCache(MemoryStore(), CacheSettings(store_deadline_per_mb_s=per_mb))

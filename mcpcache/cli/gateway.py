@@ -174,9 +174,14 @@ async def _serve(gateway: Gateway, serve: ServeSettings, bound: int) -> None:
 
 
 def _shown_store(text: str) -> str:
-    from mcpcache.client.identity import shown_url
-
-    return shown_url(text) if "://" in text else text
+    """A store's URL without credentials (userinfo, the query) to print. Not `shown_url`: a cluster URL names
+    several hosts (`redis+cluster://a:1,b:2/0`), which no URL parser takes for one netloc."""
+    if "://" not in text:
+        return text
+    scheme, _, rest = text.partition("://")
+    rest, query, _ = rest.partition("?")
+    netloc, slash, path = rest.partition("/")
+    return f"{scheme}://{netloc.rpartition('@')[2]}{slash}{path}" + ("?…" if query else "")
 
 
 def _importable(name: str) -> bool:

@@ -216,7 +216,9 @@ class Keeping(Managing):
             reason = too_large.reason if too_large is not None else "the store holds a newer one, or failed"
             logger.info("tool %r: the patched answer was not stored: %s", identity.tool, reason)
             if too_large is not None:
-                await self._remove(own)
+                # The base it supersedes goes, as for a full answer too large to keep; not `_remove`,
+                # which would wait for this very write.
+                await self._store.remove(own)
 
         await self._deferred.start(own, write, "storing a patched answer")
         why = f"{decision.reason}, encoded and written to the store after the answer is returned"

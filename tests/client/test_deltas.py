@@ -153,6 +153,29 @@ async def test_a_patched_answer_is_stored_as_served_whatever_its_caller_does_wit
     assert "a patched answer is" not in caplog.text
 
 
+async def test_a_patched_answer_found_too_large_when_written_is_not_kept(clock: FakeClock) -> None:
+    """Its size is known from the ops and it is encoded after it is returned: when the body turns out above
+    `max_answer_bytes`, the write keeps nothing, drops the base it supersedes, and corrects the counts."""
+    store = MemoryStore(clock=clock)
+    lab = Lab()
+    lab.docs.write("k", edition(1))
+    target = ServerTarget.memory(build_lab("fastmcp", lab))
+    async with connect("mcp", target, MODERN, ToolCache(store, trusted=True, clock=clock), server_id=SERVER_ID) as conn:
+        await conn.call("read", KEY)
+    _meta, body = await stored_item_of(store, "read")
+    cache = ToolCache(store, trusted=True, clock=clock, max_answer_bytes=len(body) + 40)
+    async with connect("mcp", target, MODERN, cache, server_id=SERVER_ID) as conn:
+        await conn.call("edit", {"key": "k", "text": edition(2) + " and a few more words" * 10})
+        clock.advance(0.001)
+        with anyio.fail_after(10):  # the write must not wait for itself
+            patched = await conn.call("read", KEY)
+            assert patched.outcome.status == "patched", patched.outcome.reason
+            assert plain(patched.result) == plain(await conn.direct("read", KEY))
+            await cache.flush()
+    assert [entry async for entry in store.entries(Match(TOOLS_GROUP, tool="read"))] == []
+    assert (cache.stats.stored, cache.stats.not_stored) == (0, 2)  # the edit, and the patched answer
+
+
 @pytest.mark.parametrize("era", ERAS)
 async def test_deltas_in_both_protocol_eras(era: Era, clock: FakeClock, cache: ToolCache) -> None:
     lab = Lab()

@@ -804,7 +804,9 @@ class ToolCache(StaleServing, Keeping):
                 await self._remove(found.key)
             return f"the delta's base is not held: {base.value}"
         held = self._leaves.get(found.key, found.item.tag, found.item.checksum)
-        made = patch_answer(base, decision.delta, reply.meta, self.meta_key, base_leaves=held)
+        made = patch_answer(
+            base, decision.delta, reply.meta, self.meta_key, base_leaves=held, base_size=found.entry.size
+        )
         match made:
             case Unpatched():
                 return made.reason
@@ -831,6 +833,7 @@ class ToolCache(StaleServing, Keeping):
             reason,
             patched_by=reply_bytes,
             leaves=made.leaves,
+            size=made.size,
         )
 
     async def _serve_stored(

@@ -86,7 +86,7 @@ from mcpcache.protocol import MAX_TTL_MS, META_KEY, conditional_request_meta
 from mcpcache.server.fastmcp import install
 from mcpcache.server.policies import CachePolicy, ToolPolicies
 from mcpcache.stores import MemoryStore, SQLiteStore, Store
-from mcpcache.stores.base import Item, StoreLimits, body_checksum
+from mcpcache.stores.items import Item, StoreLimits, body_checksum
 from mcpcache.stores.redis import RedisStore
 from mcpcache.wire_count import CountingTransport, WireLog, WireRecord
 

@@ -41,7 +41,7 @@ from mcpcache.processes import RedisCluster
 from mcpcache.server.fastmcp import install
 from mcpcache.server.policies import CachePolicy, ToolPolicies
 from mcpcache.stores import RedisStore
-from mcpcache.stores.base import Match
+from mcpcache.stores.items import Match
 
 KEYS = [f"doc-{n}" for n in range(12)]
 

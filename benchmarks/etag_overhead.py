@@ -52,6 +52,7 @@ from mcp.client.stdio import stdio_client
 
 from mcpcache import etag
 from mcpcache.bench.common import machine
+from mcpcache.canonical import _reject_non_finite, canonical_json
 from mcpcache.demo.notebooks import generate_notebook_of_size
 from mcpcache.demo.peers import datalayer_tag
 from mcpcache.demo.server import NotebookFolder, build_demo_server
@@ -132,7 +133,7 @@ async def build_samples(directory: Path, sizes: tuple[tuple[str, int], ...]) -> 
             result_bytes = len(wire_json(content, structured).encode("utf-8"))
             notebook_target = max(1_000, round(notebook_target * target / result_bytes))
         document = {"content": etag.wire_content(content), "structuredContent": structured}
-        canonical = etag.canonical_json(document)
+        canonical = canonical_json(document)
         samples.append(
             Sample(
                 label=label,
@@ -171,7 +172,7 @@ def stamp_row(sample: Sample, runs: int) -> StampRow:
     # (a) is given plain dicts, already dumped, so its time is only its serialiser and hash.
     document = {"content": etag.wire_content(content), "structuredContent": structured}
     result = mt.CallToolResult(content=content, structured_content=structured)
-    canonical = etag.canonical_json(document)
+    canonical = canonical_json(document)
     pieces = [*document["content"], structured]
     folder = NotebookFolder(sample.path.parent)
     arguments = {"path": sample.path.name}
@@ -196,7 +197,7 @@ def stamp_row(sample: Sample, runs: int) -> StampRow:
         part_canonical_orjson=measure(
             lambda: [orjson.dumps(piece, option=orjson.OPT_SORT_KEYS) for piece in pieces], runs
         ),
-        part_nan_walk=measure(lambda: etag._reject_non_finite(document), runs),
+        part_nan_walk=measure(lambda: _reject_non_finite(document), runs),
         part_xxh3=measure(lambda: xxhash.xxh3_128_hexdigest(canonical), runs),
     )
 

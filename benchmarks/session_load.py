@@ -25,6 +25,9 @@ two patterns:
 Run:  python benchmarks/session_load.py direct --calls 5000 --sessions 8
       python benchmarks/session_load.py gateway --calls 5000 --sessions 8 --pattern bursts
       python benchmarks/session_load.py control --calls 5000 --sessions 8 --pattern bursts
+      python benchmarks/session_load.py direct --calls 5000 --sessions 8 --pattern bursts --untrusted
+(`--untrusted`: the caches believe no annotation, so a call that meets the keep-alive race fails, once,
+instead of being sent again: at most once, docs/client.md "Idempotent tools".)
 """
 
 from __future__ import annotations
@@ -141,6 +144,7 @@ class WorkerArgs:
     cached: bool
     pattern: str
     think: float
+    trusted: bool = True
 
 
 async def worker(args: WorkerArgs) -> dict[str, Any]:
@@ -167,7 +171,7 @@ async def worker(args: WorkerArgs) -> dict[str, Any]:
         tracebacks.setdefault(what, "".join(traceback.format_exception(exc)))
 
     async with RedisStore(args.redis_url, namespace=args.namespace) as store:
-        cache = ToolCache(store, partition="load", share_public=True, trusted=True)
+        cache = ToolCache(store, partition="load", share_public=True, trusted=args.trusted)
 
         async def one_session(index: int) -> None:
             url = args.urls[index % len(args.urls)]
@@ -281,6 +285,12 @@ def main() -> None:
     parser.add_argument("--pattern", choices=["steady", "bursts"], default="steady")
     parser.add_argument("--think", type=float, default=0.02, help="steady: how often a caller pauses (up to 8 s)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--untrusted",
+        action="store_true",
+        help="caches that do not believe the tools' read-only annotations: a call that loses its exchange "
+        "(the keep-alive race) fails instead of being sent once more",
+    )
     args = parser.parse_args()
 
     started: list[subprocess.Popen[Any]] = []
@@ -317,6 +327,7 @@ def main() -> None:
                     args.target != "control",
                     args.pattern,
                     args.think,
+                    not args.untrusted,
                 )
                 command = [sys.executable, str(HERE), "_worker", json.dumps(spec.__dict__)]
                 err = (folder / f"worker{n}.log").open("w")
@@ -349,8 +360,9 @@ def report(args: argparse.Namespace, reports: list[dict[str, Any]], seconds: flo
     failed = sum(r["failed"] for r in reports)
     dead = [name for r in reports for name in r["dead"]]
     sessions = sum(r["sessions"] for r in reports)
+    label = f"{args.target}/{args.pattern}{'/untrusted' if args.untrusted else ''}"
     print(
-        f"[{args.target}/{args.pattern}] calls={calls} sessions={sessions} dead_sessions={len(dead)} "
+        f"[{label}] calls={calls} sessions={sessions} dead_sessions={len(dead)} "
         f"failed_calls={failed} store_failures={[r['store_failures'] for r in reports]} seconds={seconds:.1f} "
         f"logs={folder}"
     )

@@ -4,9 +4,10 @@
     python examples/server.py --http 8000         # streamable HTTP on http://127.0.0.1:8000/mcp
     python examples/server.py --dir notes         # serve another folder (default: the current one)
 
-Needs `pip install 'mcpcache[fastmcp]'`. Clients that know nothing of mcpcache get the same answers as
-before, plus a small cache block in `_meta`; a client that keeps answers (mcpcache's `ToolCache`, or
-`mcpcache proxy` in front of any host) sends the tag back and gets "not modified" instead of the file.
+Needs the fastmcp extra (`pip install -e '.[fastmcp]'` in the clone). Clients that know nothing of
+mcpcache get the same answers as before, plus a small cache block in `_meta`; a client that keeps answers
+(mcpcache's `ToolCache`, or `mcpcache proxy` in front of any host) sends the tag back and gets "not
+modified" instead of the file.
 """
 
 from __future__ import annotations

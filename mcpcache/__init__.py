@@ -8,6 +8,7 @@ the references until they are asked for.
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from mcpcache.etag import content_tag
@@ -41,7 +42,11 @@ __all__ = [
     "parse_cache_block",
     "weak_equal",
 ]
-__version__ = "0.1.0"
+try:
+    __version__ = version("mcpcache")
+    """The installed package's version (pyproject.toml's, read from the package's metadata)."""
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 
 def __getattr__(name: str) -> Any:

@@ -21,17 +21,8 @@ import orjson
 import xxhash
 from pydantic import BaseModel
 
-from mcpcache.canonical import MAX_DEPTH, _dump, jcs
-from mcpcache.canonical import CanonicalizationError as CanonicalizationError
-from mcpcache.canonical import _reject_non_finite as _reject_non_finite
-from mcpcache.canonical import canonical_json as canonical_json
-from mcpcache.protocol import MAX_ETAG_LENGTH as MAX_ETAG_LENGTH  # re-exported: where tags were read before
-from mcpcache.protocol import META_KEY as META_KEY  # re-exported, as above
-from mcpcache.protocol import SERVER_INFO_KEY as SERVER_INFO_KEY  # re-exported, as above
-from mcpcache.protocol import format_tag
-from mcpcache.protocol import opaque_tag as opaque_tag
-from mcpcache.protocol import parse_etag as parse_etag
-from mcpcache.protocol import weak_equal as weak_equal
+from mcpcache.canonical import MAX_DEPTH, CanonicalizationError, _dump, canonical_json, jcs
+from mcpcache.protocol import META_KEY, SERVER_INFO_KEY, format_tag
 
 DIGEST_PREFIX = "sha256:"
 

@@ -1,15 +1,17 @@
 """Optional dependencies: which extra brings which package, and the error that says so.
 
 The core install is what the client, the SDK server half and references need. Everything else is an extra
-(`pip install 'mcpcache[NAME]'`), imported only by the part that needs it, so a missing one fails there,
-once, with a line naming the extra rather than a `ModuleNotFoundError` deep in a traceback.
+(`pip install -e '.[NAME]'` in a clone), imported only by the part that needs it, so a missing one fails
+there, once, with a line naming the extra rather than a `ModuleNotFoundError` deep in a traceback.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 from collections.abc import Iterator
+from pathlib import Path
 
 _CLI = ("typer", "rich", "nbformat", "fastmcp", "key_value")
 
@@ -23,11 +25,27 @@ EXTRAS: dict[str, tuple[str, ...]] = {
 """The top-level modules each extra installs (and the extras it includes)."""
 
 
+@functools.cache
+def _clone() -> Path | None:
+    """The clone this mcpcache runs from (an editable install, or the source tree itself), if it is one."""
+    root = Path(__file__).resolve().parent.parent
+    return root if (root / "pyproject.toml").is_file() and (root / "mcpcache" / "extras.py").is_file() else None
+
+
+def install_command(extra: str) -> str:
+    """The command that installs `extra` for this mcpcache. It is not published on a package index yet, so
+    it comes from a clone: the one it runs from when it knows it (an editable install), else "a clone"."""
+    clone = _clone()
+    if clone is not None:
+        return f"pip install -e '{clone}[{extra}]'"
+    return f"pip install '.[{extra}]' in a clone of mcpcache"
+
+
 class MissingExtra(ImportError):
     """An optional dependency is not installed. The message is one line naming the extra that brings it."""
 
     def __init__(self, what: str, extra: str, *, name: str | None = None) -> None:
-        super().__init__(f"mcpcache: {what} needs the {extra} extra: pip install 'mcpcache[{extra}]'", name=name)
+        super().__init__(f"mcpcache: {what} needs the {extra} extra: {install_command(extra)}", name=name)
         self.what = what
         self.extra = extra
 

@@ -60,7 +60,9 @@ MAX_ACCEPTED_FORMATS = 16
 """A request naming more delta formats is read for its first 16: nobody implements more, and a reader
 must not walk an arbitrarily long list a peer sent."""
 MAX_FORMAT_LENGTH = 128
-_DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
+_DIGEST_RE = re.compile(r"(?:sha256|sha256-tree1):[0-9a-f]{64}")
+"""A digest's two forms: the whole answer's (`sha256:`) and the tree digest's (`sha256-tree1:`); which one a
+delta carries goes with its format (`json-patch+splice/1` and `/2`), and a receiver checks the two agree."""
 
 
 # The entity tag's syntax and comparison (docs/protocol.md section 2) ---------------------------------
@@ -143,7 +145,8 @@ class DeltaBlock(BaseModel):
     format: str
     ops: list[Any]
     digest: str
-    """`sha256:` and 64 lowercase hex digits (`mcpcache.etag.answer_digest` of the new answer)."""
+    """`sha256:` and 64 lowercase hex digits (`mcpcache.etag.answer_digest` of the new answer), or for the
+    format `json-patch+splice/2`, `sha256-tree1:` and 64 (`mcpcache.delta.tree`)."""
 
     def to_wire(self) -> dict[str, Any]:
         return {"base": self.base, "format": self.format, "ops": self.ops, "digest": self.digest}

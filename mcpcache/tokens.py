@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import anyio.to_thread
 
-from mcpcache.extras import missing_module
+from mcpcache.extras import install_command, missing_module
 
 logger = logging.getLogger("mcpcache.tokens")
 
@@ -71,8 +71,8 @@ def _load_encoder() -> Any:
         if isinstance(exc, ImportError) and missing_module(exc, "tokens"):
             # An expected setup rather than a fault: one line, once (this function's result is cached).
             logger.warning(
-                "token counts are estimates (UTF-8 bytes / 4): the o200k tokenizer needs the tokens extra: "
-                "pip install 'mcpcache[tokens]'"
+                "token counts are estimates (UTF-8 bytes / 4): the o200k tokenizer needs the tokens extra: %s",
+                install_command("tokens"),
             )
         else:
             logger.warning("o200k tokenizer unavailable (%s: %s); token counts are estimates", type(exc).__name__, exc)

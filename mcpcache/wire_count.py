@@ -165,6 +165,8 @@ class _CountingWriteStream:
     def __init__(self, inner: WriteStream[SessionMessage], log: WireLog) -> None:
         self._inner = inner
         self._log = log
+        self.__wrapped__ = inner
+        """The stream handed on to (how `mcpcache.client.transport_guard` finds a session's transport)."""
 
     async def send(self, item: SessionMessage, /) -> None:
         self._log.add("sent", item)

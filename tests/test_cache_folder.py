@@ -61,7 +61,14 @@ async def test_the_library_takes_an_unusable_cache_folder_for_a_miss_with_one_wa
         calls = [await view.call_mcp("read", {"key": "k"}) for _ in range(3)]
     assert [call.result.structured_content["run"] for call in calls] == [1, 2, 3]  # type: ignore[index]
     assert [call.outcome.status for call in calls] == ["miss"] * 3
+    for call in calls:  # the real reason, not "the store holds a newer answer"
+        assert call.outcome.reason.startswith(
+            f"miss: the store failed (CacheFolderError: MCPCACHE_DIR={unusable} cannot be used as a folder"
+        )
+        assert call.outcome.reason.endswith("; not stored")
+    assert cache.stats.store_failures == 6  # a lookup and a save per call
     warnings = [record for record in caplog.records if record.levelno >= logging.WARNING]
     assert len(warnings) == 1, [record.getMessage() for record in warnings]
     assert "cannot be used as a folder" in warnings[0].getMessage()
+    assert len(caplog.text.splitlines()) == 1
     assert await anyio.Path(unusable).is_file(), "nothing was written in place of the user's file"

@@ -99,12 +99,18 @@ def test_bench_refuses_missing_and_malformed_files(capsys: pytest.CaptureFixture
     assert sorted(tmp_path.iterdir()) == sorted([malformed, foreign])
 
 
-@pytest.mark.parametrize("arguments", [[], ["demo-server"], ["bench"], ["check"]])
-def test_help_shows_no_bool_placeholders(capsys: pytest.CaptureFixture[str], arguments: list[str]) -> None:
+@pytest.mark.parametrize(
+    "arguments",
+    [[], ["demo-server"], ["bench"], ["check"], ["gateway"], ["proxy"], ["cache", "ls"], ["cache", "clear"]],
+)
+def test_help_names_every_value_and_shows_no_type_placeholders(
+    capsys: pytest.CaptureFixture[str], arguments: list[str]
+) -> None:
     code, out, _ = run(capsys, *arguments, "--help")
     assert code == 0
     assert "Usage: mcpcache" in out
-    assert "<bool>" not in out
+    for placeholder in ("<bool>", "<str>", "<int>", "<float>", "<path>"):
+        assert placeholder not in out, f"{placeholder} in mcpcache {' '.join(arguments)} --help"
 
 
 def test_demo_server_help_names_its_tools_its_ttl_and_the_plain_fastmcp_mode(

@@ -20,23 +20,18 @@ import xxhash
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from mcpcache.canonical import CanonicalizationError, canonical_json
 from mcpcache.etag import (
-    MAX_ETAG_LENGTH,
-    CanonicalizationError,
-    canonical_json,
     content_tag,
-    format_tag,
     meta_without_block,
-    parse_etag,
     parsed_raw_tag_sized,
     raw_domain,
     raw_tag_sized,
     tag_of_bytes,
     validator_tag,
-    weak_equal,
     wire_content,
 )
-from mcpcache.protocol import META_KEY, CacheBlock, with_block
+from mcpcache.protocol import MAX_ETAG_LENGTH, META_KEY, CacheBlock, format_tag, parse_etag, weak_equal, with_block
 
 # Examples are microseconds each; a loaded machine must not turn that into a deadline failure.
 property_test = settings(deadline=None)

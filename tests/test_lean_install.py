@@ -8,6 +8,7 @@ and References on memory stores.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from importlib.metadata import version
@@ -17,9 +18,9 @@ import platformdirs
 import pytest
 
 import mcpcache
-from mcpcache import paths
 from mcpcache.__main__ import main as command
-from mcpcache.extras import MissingExtra, needs
+from mcpcache.extras import MissingExtra, install_command, needs
+from mcpcache.stores import opening
 
 LEAN = Path(__file__).resolve().parent / "support" / "lean.py"
 sys.path.insert(0, str(LEAN.parent))
@@ -36,22 +37,22 @@ def test_the_client_the_sdk_server_half_and_references_need_no_extra() -> None:
     done = lean(OPTIONAL, "sdk")
     assert done.returncode == 0, done.stderr
     assert "sdk: miss, revalidated, by reference; the tool ran 3 times" in done.stdout
-    assert "redis: mcpcache: the Redis store needs the redis extra: pip install 'mcpcache[redis]'" in done.stdout
+    assert f"redis: mcpcache: the Redis store needs the redis extra: {install_command('redis')}" in done.stdout
     assert "optional modules imported: []" in done.stdout
     # Counted four times without the tokenizer: said once, in one line, with no traceback.
     assert done.stderr == (
-        "token counts are estimates (UTF-8 bytes / 4): the o200k tokenizer needs the tokens extra: "
-        "pip install 'mcpcache[tokens]'\n"
+        f"token counts are estimates (UTF-8 bytes / 4): the o200k tokenizer needs the tokens extra: "
+        f"{install_command('tokens')}\n"
     )
 
 
 @pytest.mark.parametrize(
     ("refused", "arguments", "line"),
     [
-        (("typer",), ["--version"], "mcpcache: the mcpcache command needs the cli extra: pip install 'mcpcache[cli]'"),
-        (("rich",), ["--help"], "mcpcache: the mcpcache command needs the cli extra: pip install 'mcpcache[cli]'"),
-        (("fastmcp",), ["demo-server"], "mcpcache: the demo server needs the cli extra: pip install 'mcpcache[cli]'"),
-        (("matplotlib",), ["bench"], "mcpcache: the benchmark needs the bench extra: pip install 'mcpcache[bench]'"),
+        (("typer",), ["--version"], f"mcpcache: the mcpcache command needs the cli extra: {install_command('cli')}"),
+        (("rich",), ["--help"], f"mcpcache: the mcpcache command needs the cli extra: {install_command('cli')}"),
+        (("fastmcp",), ["demo-server"], f"mcpcache: the demo server needs the cli extra: {install_command('cli')}"),
+        (("matplotlib",), ["bench"], f"mcpcache: the benchmark needs the bench extra: {install_command('bench')}"),
     ],
 )
 def test_a_command_without_its_extra_says_which_in_one_line(
@@ -62,11 +63,17 @@ def test_a_command_without_its_extra_says_which_in_one_line(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_missing_extra_names_the_command_that_installs_it_from_this_clone() -> None:
+    # mcpcache is not published yet: "pip install 'mcpcache[redis]'" would find nothing to install.
+    clone = Path(mcpcache.__file__).resolve().parent.parent
+    assert install_command("redis") == f"pip install -e '{clone}[redis]'"
+
+
 def test_only_a_missing_package_of_the_extra_becomes_missing_extra() -> None:
     with pytest.raises(MissingExtra) as caught, needs("redis", "the Redis store"):
         import redis.not_a_module  # type: ignore[import-not-found]  # noqa: F401
     assert isinstance(caught.value, ImportError)
-    assert str(caught.value) == "mcpcache: the Redis store needs the redis extra: pip install 'mcpcache[redis]'"
+    assert str(caught.value) == f"mcpcache: the Redis store needs the redis extra: {install_command('redis')}"
     # Any other failed import is a different fault, and is not disguised as a missing extra.
     with pytest.raises(ModuleNotFoundError) as other, needs("redis", "the Redis store"):
         import not_a_redis_module  # type: ignore[import-not-found]  # noqa: F401
@@ -81,17 +88,26 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert version("mcpcache") == mcpcache.__version__
 
 
+def test_the_version_is_written_once_in_pyproject() -> None:
+    """`mcpcache.__version__` and `--version` read the installed package's metadata: no second copy to forget."""
+    root = Path(mcpcache.__file__).parent
+    written = re.search(r'^version = "([^"]+)"$', (root.parent / "pyproject.toml").read_text(), re.MULTILINE)
+    assert written is not None
+    copies = [str(path) for path in root.rglob("*.py") if f'"{written.group(1)}"' in path.read_text()]
+    assert copies == [], f"the version {written.group(1)} is written again in {copies}"
+
+
 def test_the_cache_folder_is_the_platforms_unless_mcpcache_dir_says(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("MCPCACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert paths.cache_dir() == Path(platformdirs.user_cache_dir("mcpcache", appauthor=False))
+    assert opening.cache_dir() == Path(platformdirs.user_cache_dir("mcpcache", appauthor=False))
     if sys.platform.startswith("linux"):
-        assert paths.cache_dir() == tmp_path / "xdg" / "mcpcache"
+        assert opening.cache_dir() == tmp_path / "xdg" / "mcpcache"
     monkeypatch.setenv("MCPCACHE_DIR", str(tmp_path / "mine"))
-    assert paths.cache_dir() == tmp_path / "mine"
-    assert paths.default_path("tools.db") == tmp_path / "mine" / "tools.db"
+    assert opening.cache_dir() == tmp_path / "mine"
+    assert opening.default_path("tools.db") == tmp_path / "mine" / "tools.db"
 
 
 def test_a_gateway_told_to_use_httptools_without_it_says_so_in_one_line(tmp_path: Path) -> None:

@@ -14,7 +14,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcpcache.etag import parse_etag
 from mcpcache.protocol import (
     EXTENSION_ID,
     MAX_TTL_MS,
@@ -27,6 +26,7 @@ from mcpcache.protocol import (
     conditional_request_meta,
     extension_settings,
     parse_cache_block,
+    parse_etag,
     requested_etag,
     with_block,
 )

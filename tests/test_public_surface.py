@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import runpy
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 from fastmcp import Client
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+CLIENT_GUIDE = README.parent / "docs" / "client.md"
 
 
 def test_the_documented_names_import() -> None:
@@ -20,6 +22,20 @@ def test_the_documented_names_import() -> None:
 
     assert all((CachePolicy, References, ToolCache, ToolPolicies, install, RevalidationExtension))
     assert all((MemoryStore, RedisStore, SQLiteStore))
+
+
+def test_the_client_guides_first_example_runs_as_a_script(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = re.search(r"```python\n(.*?)```", CLIENT_GUIDE.read_text(), re.S)
+    assert first is not None
+    assert "asyncio.run(main())" in first.group(1), "docs/client.md opens with a complete script"
+    monkeypatch.setenv("MCPCACHE_DIR", str(tmp_path / "cache"))
+    script = tmp_path / "wrap.py"
+    script.write_text(first.group(1))
+    runpy.run_path(str(script), run_name="__main__")  # as `python wrap.py`, without a second interpreter
+    printed = [line.split(" - ")[0] for line in capsys.readouterr().out.splitlines()]
+    assert printed == ["miss", "fresh_hit"]
 
 
 @pytest.mark.anyio

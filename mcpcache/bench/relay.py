@@ -1,4 +1,6 @@
-"""A TCP relay on 127.0.0.1 that counts the bytes passing each way between an HTTP client and server.
+"""TCP relays on 127.0.0.1: one that counts the bytes passing each way between an HTTP client and server,
+and one that carries them over a simulated link (`link_relay`: a bandwidth and a one-way latency, for
+`mcpcache bench --link`).
 
 `mcpcache.wire_count` counts messages at a client's transport, inside the process; a process that cannot
 be instrumented (`mcpcache proxy` talking to its upstream) is measured here instead, on the wire: point
@@ -154,3 +156,128 @@ async def counting_relay(target_port: int) -> AsyncIterator[tuple[int, Traffic]]
             yield listener.extra(SocketAttribute.local_port), traffic
         finally:
             group.cancel_scope.cancel()
+
+
+# A simulated link --------------------------------------------------------------------------------
+
+_UNITS = {"kbit": 1_000, "mbit": 1_000_000, "gbit": 1_000_000_000}
+
+DEFAULT_LATENCY_MS = 20.0
+"""The one-way latency `mcpcache bench --link` adds unless told otherwise (a link within a continent)."""
+
+
+@dataclass(frozen=True)
+class Link:
+    """A simulated network link: `rate` bits per second each way, `latency_ms` one way."""
+
+    name: str
+    rate: int
+    latency_ms: float = DEFAULT_LATENCY_MS
+
+    @property
+    def label(self) -> str:
+        """How tables and plots name it, saying it is simulated."""
+        return f"simulated {self.name} link, {self.latency_ms:g} ms one way"
+
+
+def parse_link(text: str, latency_ms: float = DEFAULT_LATENCY_MS) -> Link:
+    """'100mbit' -> a 100 Mbit/s link (kbit, mbit, gbit; decimal units, as network rates are named)."""
+    spoken = text.strip().lower().replace(" ", "").removesuffix("/s").removesuffix("ps")
+    for unit, factor in _UNITS.items():
+        if spoken.endswith(unit):
+            try:
+                number = float(spoken[: -len(unit)])
+            except ValueError:
+                break
+            if number > 0 and latency_ms >= 0:
+                return Link(f"{number:g} {unit[0].upper()}{unit[1:]}/s", int(number * factor), latency_ms)
+            break
+    raise ValueError(f"cannot read {text!r} as a link rate (e.g. 100mbit, 10mbit, 1gbit)")
+
+
+async def _paced(source: ByteReceiveStream, sink: ByteSendStream, link: Link) -> None:
+    """Relay one direction as a link would carry it: each chunk leaves when the link has sent the bytes
+    before it (`rate`), and arrives `latency_ms` later; chunks stay in order and none is held back by a
+    later one. The sender is never slowed (the link's queue is unbounded): what is measured is when the
+    bytes arrive."""
+    send, receive = anyio.create_memory_object_stream[tuple[float, bytes]](max_buffer_size=1 << 20)
+    latency = link.latency_ms / 1000
+    per_byte = 8 / link.rate
+
+    async def read() -> None:
+        sent_until = 0.0
+        async with send:
+            with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                while True:
+                    chunk = await source.receive(65536)
+                    now = anyio.current_time()
+                    sent_until = max(now, sent_until) + len(chunk) * per_byte
+                    await send.send((sent_until + latency, chunk))
+
+    async def write() -> None:
+        async with receive:
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                async for due, chunk in receive:
+                    wait = due - anyio.current_time()
+                    if wait > 0:
+                        await anyio.sleep(wait)
+                    await sink.send(chunk)
+        if isinstance(sink, SocketStream):
+            with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                await sink.send_eof()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(read)
+        group.start_soon(write)
+
+
+@contextlib.asynccontextmanager
+async def link_relay(target_port: int, link: Link, port: int = 0) -> AsyncIterator[int]:
+    """A relay on 127.0.0.1 that carries every connection to `target_port` over a simulated `link`; yields
+    its port."""
+    listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=port)
+
+    async def handle(client: SocketStream) -> None:
+        try:
+            upstream = await anyio.connect_tcp("127.0.0.1", target_port)
+        except OSError:
+            await client.aclose()  # the upstream is not there (yet): this connection fails, not the relay
+            return
+        async with client, upstream, anyio.create_task_group() as pumps:
+
+            async def both(source: SocketStream, sink: SocketStream) -> None:
+                await _paced(source, sink, link)
+                pumps.cancel_scope.cancel()
+
+            pumps.start_soon(both, client, upstream)
+            pumps.start_soon(both, upstream, client)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(listener.serve, handle)
+        try:
+            yield listener.extra(SocketAttribute.local_port)
+        finally:
+            group.cancel_scope.cancel()
+
+
+def run_link_relay(port: int, target_port: int, link: Link, log_path: str) -> None:
+    """A relay process's whole life (what `mcpcache bench --link` starts beside each HTTP server)."""
+    import os
+
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+    async def serve() -> None:
+        from mcpcache.processes import accepts
+
+        # Listening only once the upstream does: a client that finds the relay finds its server.
+        for _ in range(2400):  # two minutes at most; past that, connections fail as they would without it
+            if accepts(target_port):
+                break
+            await anyio.sleep(0.05)
+        async with link_relay(target_port, link, port):
+            await anyio.sleep_forever()
+
+    anyio.run(serve)

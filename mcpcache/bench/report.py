@@ -26,6 +26,20 @@ HEADLINE_CONFIG = "mcpcache"
 TRANSPORT_NAMES = {"http": "streamable HTTP (127.0.0.1)", "stdio": "stdio"}
 
 
+def transport_name(transport: str, args: dict[str, Any] | None = None) -> str:
+    """How titles name a transport, saying so when a run read it through a simulated link (`--link`)."""
+    name = TRANSPORT_NAMES.get(transport, transport)
+    link = (args or {}).get("link")
+    if link and transport == "http":
+        from mcpcache.bench.relay import DEFAULT_LATENCY_MS, parse_link
+
+        try:
+            name = f"HTTP over a {parse_link(link, (args or {}).get('latency_ms', DEFAULT_LATENCY_MS)).label}"
+        except ValueError:
+            name = f"HTTP over a simulated link ({link})"
+    return name
+
+
 class NotABenchFile(ValueError):
     """A file `--report` or `--compare` cannot read as a bench.json."""
 
@@ -147,7 +161,19 @@ def summarize(config: str, transport: str, size: str, run: dict[str, Any]) -> di
         "after_edit_wire_per_read": statistics.median(_wire(op) for op in after_edit) if after_edit else None,
         "after_edit_received_max": max((op["received"] for op in after_edit), default=None),
         "after_edit_median_ms": statistics.median(op["seconds"] for op in after_edit) * 1000 if after_edit else None,
+        # The server's CPU per read (runs that record it): after an edit, and for a whole answer sent.
+        "after_edit_server_cpu_ms": _median_cpu(after_edit),
+        "full_read_server_cpu_ms": _median_cpu([op for op in reads if op["status"] in WHOLE_ANSWER]),
     }
+
+
+WHOLE_ANSWER = frozenset({"full", "miss", "bypass"})
+"""The read statuses that mean the server sent the whole answer."""
+
+
+def _median_cpu(ops: list[dict[str, Any]]) -> float | None:
+    found = [op["server_cpu_ms"] for op in ops if op.get("server_cpu_ms") is not None]
+    return statistics.median(found) if found else None
 
 
 def _with_baseline(
@@ -169,6 +195,9 @@ def _with_baseline(
     row["fewer_bytes_revalidated"] = base_wire / revalidated if revalidated else None
     if summary["server_cpu_ms"] is not None and base["server_cpu_ms"]:
         row["cpu_vs_baseline"] = summary["server_cpu_ms"] / base["server_cpu_ms"]
+    # A read after an edit against a full read of the stock server (the baseline's reads are all full).
+    after_cpu, full_cpu = summary.get("after_edit_server_cpu_ms"), base.get("full_read_server_cpu_ms")
+    row["after_edit_cpu_vs_full_read"] = after_cpu / full_cpu if after_cpu is not None and full_cpu else None
     row["rounds"] = len(ratios)
     if ratios:
         row["speedup"] = statistics.median(ratios)
@@ -217,15 +246,16 @@ def png_paths(document: dict[str, Any], json_path: Path) -> dict[str, Path]:
 
 
 def headline(summaries: list[dict[str, Any]], transport: str, config: str = HEADLINE_CONFIG) -> str | None:
-    """One line for a transport: mcpcache against the baseline on the largest notebook measured."""
+    """One line for a transport: mcpcache against the baseline on the largest notebook measured. Two byte
+    figures, each saying what it measures: a revalidated read alone (a not-modified reply in place of the
+    whole answer), and the mean over the whole workload (first read and reads after edits included)."""
     rows = [s for s in summaries if s["transport"] == transport and s["config"] == config and "speedup" in s]
     if not rows:
         return None
     s = max(rows, key=lambda r: r["notebook_bytes"])
     fewer = s.get("fewer_bytes_revalidated")
-    per_read = (
-        f"{factor(fewer)} fewer bytes per revalidated read" if fewer else f"{factor(s['fewer_bytes'])} fewer bytes"
-    )
+    mean = f"{factor(s['fewer_bytes'])} fewer bytes per read over the whole workload (mean)"
+    per_read = f"{factor(fewer)} fewer bytes per revalidated read, {mean}" if fewer else mean
     faster = f"{factor(s['speedup'])} faster" if s["speedup"] is not None else "speed not measured"
     return f"{config}: {per_read}; {faster} ({size_label(s['size'])} over {transport}, {s['rounds']} rounds)"
 
@@ -276,7 +306,10 @@ def _after_edit_table(rows: list[dict[str, Any]], title: str) -> Table | None:
         return None
     table = Table(
         title=title,
-        caption="faster: the baseline's read over this one in the same round, over the rounds after an edit",
+        caption=(
+            "faster: the baseline's read over this one in the same round, over the rounds after an edit; "
+            "server CPU: the server's, per read after an edit (median)"
+        ),
         box=box.SIMPLE_HEAD,
         padding=(0, 1, 0, 0),
         pad_edge=False,
@@ -289,8 +322,11 @@ def _after_edit_table(rows: list[dict[str, Any]], title: str) -> Table | None:
         "read after an\nedit: bytes",
         "time",
         "faster\n(p10-p90)",
+        "server\nCPU ms",
     ):
-        table.add_column(column, justify="left" if column == "configuration" else "right", no_wrap=True)
+        # Folded onto a second line where 80 columns are too few: a figure is never cut.
+        name = column == "configuration"
+        table.add_column(column, justify="left" if name else "right", overflow="fold", no_wrap=name)
     for s in rows:
         share = s.get("wire_after_first_vs_baseline")
         after = s.get("after_edit_wire_per_read")
@@ -301,19 +337,21 @@ def _after_edit_table(rows: list[dict[str, Any]], title: str) -> Table | None:
             "-" if after is None else human_bytes(after),
             "-" if s.get("after_edit_median_ms") is None else f"{s['after_edit_median_ms']:.1f} ms",
             _faster(s, "after_edit_speedup"),
+            "-" if s.get("after_edit_server_cpu_ms") is None else f"{s['after_edit_server_cpu_ms']:.1f}",
         )
     return table
 
 
 def render_table(document: dict[str, Any], console: Console) -> None:
-    """One table per (transport, notebook size); it fits 100 columns."""
+    """One table per (transport, notebook size). In fewer columns than it needs (about 100), a cell folds
+    onto a second line (at a space where it has one): no figure is ever cut short."""
     summaries = document["summaries"]
     groups = dict.fromkeys((s["transport"], s["size"]) for s in summaries)
     for transport, size in groups:
         rows = [s for s in summaries if s["transport"] == transport and s["size"] == size]
         rounds = max((s.get("rounds") or 0 for s in rows), default=0)
         title = (
-            f"{size_label(size)} notebook over {TRANSPORT_NAMES.get(transport, transport)}: "
+            f"{size_label(size)} notebook over {transport_name(transport, document.get('args'))}: "
             f"{rows[0]['reads']} reads, {rows[0]['edits']} edit{'' if rows[0]['edits'] == 1 else 's'}"
         )
         table = Table(
@@ -330,14 +368,15 @@ def render_table(document: dict[str, Any], console: Console) -> None:
         for column, justify in (
             ("configuration", "left"),
             ("reads", "left"),
-            ("bytes/read\nmean", "right"),
+            ("bytes per\nread, mean", "right"),
             ("fewer\nbytes", "right"),
             ("time/read\nmedian", "right"),
             ("faster\n(p10-p90)", "right"),
             ("server\nCPU ms", "right"),
             ("client\nMiB", "right"),
         ):
-            table.add_column(column, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+            name = column == "configuration"
+            table.add_column(column, justify=justify, overflow="fold", no_wrap=name)  # type: ignore[arg-type]
         for s in rows:
             table.add_row(
                 s["config"],
@@ -350,7 +389,8 @@ def render_table(document: dict[str, Any], console: Console) -> None:
                 f"{s['client_peak_mib']:.0f}",
             )
         console.print(table)
-        edits = _after_edit_table(rows, f"{size_label(size)} notebook over {transport}: the reads after an edit")
+        where = transport_name(transport, document.get("args"))
+        edits = _after_edit_table(rows, f"{size_label(size)} notebook over {where}: the reads after an edit")
         if edits is not None:
             console.print(edits)
     for transport in dict.fromkeys(t for t, _ in groups):
@@ -490,12 +530,12 @@ def plot_all(document: dict[str, Any], json_path: Path) -> list[Path]:
     """One PNG per transport beside the json (bench-http.png, bench-stdio.png); the paths written."""
     written = []
     for transport, path in png_paths(document, json_path).items():
-        plot([s for s in document["summaries"] if s["transport"] == transport], transport, path)
+        plot([s for s in document["summaries"] if s["transport"] == transport], transport, path, document.get("args"))
         written.append(path)
     return written
 
 
-def plot(summaries: list[dict[str, Any]], transport: str, path: Path) -> None:
+def plot(summaries: list[dict[str, Any]], transport: str, path: Path, args: dict[str, Any] | None = None) -> None:
     """Bytes per read (the mean: the full re-reads after edits count) and time per read (median, p10-p90 of
     the per-round ratio turned into times); below, when the run made edits, the same for the reads that
     follow an edit (medians). Lines against the notebook size, or bars for a single size."""
@@ -545,7 +585,7 @@ def plot(summaries: list[dict[str, Any]], transport: str, path: Path) -> None:
     reads = summaries[0]["reads"] if summaries else 0
     edit_count = summaries[0]["edits"] if summaries else 0
     fig.suptitle(
-        f"mcpcache bench over {TRANSPORT_NAMES.get(transport, transport)}: "
+        f"mcpcache bench over {transport_name(transport, args)}: "
         f"{reads} reads of one notebook, {edit_count} edit{'' if edit_count == 1 else 's'} between them",
         fontsize=12,
     )

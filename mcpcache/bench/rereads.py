@@ -28,8 +28,7 @@ from mcpcache.demo.notebooks import generate_notebook_of_size
 from mcpcache.demo.server import build_demo_server
 from mcpcache.refs import References, ShownMemory
 from mcpcache.refs.changes import apply_changes
-from mcpcache.refs.rereads import CHANGES_FIELD
-from mcpcache.refs.view import envelope_of, json_bytes, payload_of
+from mcpcache.refs.view import CHANGES_FIELD, envelope_of, json_bytes, payload_of
 from mcpcache.stores import MemoryStore
 from mcpcache.tokens import count_tokens
 

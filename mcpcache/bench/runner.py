@@ -35,6 +35,7 @@ from mcpcache.bench import report
 from mcpcache.bench.common import machine
 from mcpcache.bench.configs import Config, select
 from mcpcache.bench.progress import Reporter, reporter, sigint_deferred, start_fork_server, stop_fork_server
+from mcpcache.bench.relay import DEFAULT_LATENCY_MS, Link, parse_link, run_link_relay
 from mcpcache.bench.worker import PRELOAD, WARM_UP_NOTEBOOK, RunSpec, run_server, run_worker
 from mcpcache.processes import free_port
 
@@ -81,6 +82,11 @@ class BenchArgs:
     seed: int = SEED
     extras: bool = True
     """The by-reference scenario and the tag's cost alone (a few seconds); the tests leave them out."""
+    link: str | None = None
+    """A simulated link every HTTP configuration is read through (`mcpcache.bench.relay.parse_link`:
+    e.g. "100mbit"), None for plain loopback."""
+    latency_ms: float = DEFAULT_LATENCY_MS
+    """The simulated link's one-way latency."""
 
 
 def result_stem(mode: str) -> str:
@@ -157,11 +163,19 @@ def _stop(*processes: multiprocessing.process.BaseProcess | None, timeout_s: flo
 class Worker:
     """One configuration's worker process (and, over HTTP, its demo server), spoken to one command at a time."""
 
-    def __init__(self, context: multiprocessing.context.ForkServerContext, config: Config, transport: str, work: Path):
+    def __init__(
+        self,
+        context: multiprocessing.context.ForkServerContext,
+        config: Config,
+        transport: str,
+        work: Path,
+        link: Link | None = None,
+    ):
         self.config = config
         self.work = work
         self.log = work / "worker.log"
         self.server: multiprocessing.process.BaseProcess | None = None
+        self.relay: multiprocessing.process.BaseProcess | None = None
         port = 0
         if transport == "http":
             port = free_port()
@@ -170,11 +184,21 @@ class Worker:
                 target=run_server, args=(config.key, str(work), port, server_log), name=f"server-{config.key}"
             )
             self.server.start()
+        connect = port
+        if link is not None and transport == "http":
+            # The client reaches its server only through the simulated link, a process of its own.
+            connect = free_port()
+            self.relay = context.Process(
+                target=run_link_relay,
+                args=(connect, port, link, str(work / "relay.log")),
+                name=f"relay-{config.key}",
+            )
+            self.relay.start()
         spec = RunSpec(
             config=config.key,
             directory=str(work),
             transport=transport,
-            port=port,
+            port=connect,
             server_pid=(self.server.pid or 0) if self.server is not None else 0,
         )
         (work / "spec.json").write_text(json.dumps(asdict(spec)))
@@ -214,6 +238,7 @@ class Worker:
             pass
         finally:
             _stop(self.process)
+            _stop(self.relay)
             _stop(self.server)
             self.conn.close()
 
@@ -241,7 +266,8 @@ def _run_transport(
                 shutil.copyfile(notebooks[label], work / notebooks[label].name)
             shutil.copyfile(notebooks[WARM_UP_NOTEBOOK], work / WARM_UP_NOTEBOOK)
             with sigint_deferred():  # raised once the worker is in `workers`, where the cleanup finds it
-                workers[config.key] = Worker(context, config, transport, work)
+                link = parse_link(args.link, args.latency_ms) if args.link else None
+                workers[config.key] = Worker(context, config, transport, work, link)
         progress.update(task, description=f"{transport}: starting {len(workers)} workers")
         results: dict[str, dict[str, Any]] = {}
         for key, worker in workers.items():  # they start side by side; this only waits for each
@@ -279,14 +305,15 @@ def _run_transport(
     except BaseException:
         # Interrupted (Ctrl-C) or failed: no read is worth waiting for; every process ends at once.
         with sigint_deferred():
-            _stop(*(w.process for w in workers.values()), *(w.server for w in workers.values()))
+            _stop(*(w.process for w in workers.values()), *(w.relay for w in workers.values()))
+            _stop(*(w.server for w in workers.values()))
         raise
     finally:
         # Ctrl-C is held back until every worker is closed (raised inside the loop, it left the rest running).
         with sigint_deferred() as interrupted:
             for worker in workers.values():
                 if interrupted:  # the rest end at once rather than each finishing its read
-                    _stop(worker.process, worker.server)
+                    _stop(worker.process, worker.relay, worker.server)
                 worker.close()
                 # The client caches hold a copy of every answer (tens of MB); the logs stay for inspection.
                 for path in worker.work.glob("*.tools.db*"):

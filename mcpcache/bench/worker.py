@@ -89,6 +89,20 @@ def _children() -> list[int]:
     return pids
 
 
+def cpu_ns(pid: int) -> int | None:
+    """Nanoseconds a live process has run on a CPU, all its threads (Linux schedstat: fine enough for one
+    operation, where /proc/<pid>/stat counts in ticks of 10 ms); None where it cannot be read."""
+    total = 0
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return None
+    for task in tasks:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            total += int((task / "schedstat").read_text().split()[0])
+    return total
+
+
 def cpu_seconds(pid: int) -> float:
     """User plus system CPU time of a live process, from /proc (Linux)."""
     stat = Path(f"/proc/{pid}/stat").read_text()
@@ -135,7 +149,10 @@ def _delta(before: dict[str, int] | None, after: dict[str, int]) -> dict[str, in
     return {key: value - (before or {}).get(key, 0) for key, value in after.items()}
 
 
-def _operation(kind: str, status: str, elapsed: float, log: WireLog, mark: int) -> dict[str, Any]:
+def _operation(
+    kind: str, status: str, elapsed: float, log: WireLog, mark: int, cpu: tuple[int | None, int | None]
+) -> dict[str, Any]:
+    before, after = cpu
     return {
         "op": kind,
         "status": status,
@@ -143,6 +160,8 @@ def _operation(kind: str, status: str, elapsed: float, log: WireLog, mark: int) 
         "sent": log.total("sent", since=mark),
         "received": log.total("received", since=mark),
         "messages": len(log.since(mark)),
+        # The server's CPU from the request's start to the reply's arrival (None: not readable here).
+        "server_cpu_ms": None if before is None or after is None else (after - before) / 1e6,
     }
 
 
@@ -157,6 +176,9 @@ class Session:
         self.server_pid = server_pid
         self.edits = 0
         self.started: dict[str, tuple[float | None, dict[str, int] | None]] = {}
+
+    def server_cpu(self) -> int | None:
+        return cpu_ns(self.server_pid) if self.server_pid > 0 else None
 
     async def handle(self, command: dict[str, Any]) -> dict[str, Any]:
         kind, name = command["cmd"], command.get("notebook", "")
@@ -177,21 +199,24 @@ class Session:
         if kind == "edit":
             self.edits += 1
             mark = self.log.mark()
+            cpu = self.server_cpu()
             started = time.perf_counter()
             arguments = {"path": name, "index": 0, "source": f"x = {self.edits}"}
             result = await self.view.call_tool("edit_cell", arguments)
             elapsed = time.perf_counter() - started
             if result.is_error:
                 raise RuntimeError(f"edit of {name} failed: {_text_of(result)[:500]}")
-            return _operation("edit", "", elapsed, self.log, mark)
+            return _operation("edit", "", elapsed, self.log, mark, (cpu, self.server_cpu()))
         if kind == "read":
             mark = self.log.mark()
+            cpu = self.server_cpu()
             started = time.perf_counter()
             result, status = await _read(self.view, self.cache, name)
             elapsed = time.perf_counter() - started
+            spent = self.server_cpu()
             if result.is_error or not isinstance(result.structured_content, dict):
                 raise RuntimeError(f"read of {name} failed: {_text_of(result)[:500]}")
-            return _operation("read", status, elapsed, self.log, mark)
+            return _operation("read", status, elapsed, self.log, mark, (cpu, spent))
         raise ValueError(f"unknown command {kind!r}")
 
 

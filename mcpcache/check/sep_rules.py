@@ -14,6 +14,7 @@ import mcp_types as mt
 from pydantic import ValidationError
 
 from mcpcache import delta
+from mcpcache.canonical import CanonicalizationError
 from mcpcache.check.core import DELTA, KEY_DECLARATION, STALE_BLOCK, Judged, Scenario
 from mcpcache.check.observations import ToolObservations
 from mcpcache.check.server_rules import (
@@ -35,7 +36,7 @@ from mcpcache.check.wire import (
     sent_tag,
     short,
 )
-from mcpcache.etag import CanonicalizationError, answer_digest
+from mcpcache.etag import answer_digest
 from mcpcache.key_arguments import MalformedKeyArguments, key_arguments_of
 from mcpcache.protocol import (
     STALE_IF_ERROR_KEY,
@@ -117,7 +118,7 @@ def judge_delta(obs: ToolObservations) -> Judged:
         return Judged.broken(f"the delta is malformed: {found.reason}")
     sent = obs.current_tag
     problems = []
-    if found.format != delta.FORMAT:
+    if found.format not in delta.FORMATS:
         problems.append(f"format {short(found.format)} was not asked for")
     if not weak_equal(found.base, sent):
         problems.append(f"its base {short(found.base, 44)} is not the tag sent")
@@ -133,7 +134,10 @@ def judge_delta(obs: ToolObservations) -> Judged:
     if isinstance(answer, str):
         return Judged.broken(answer)
     try:
-        digest = answer_digest(answer.content, answer.structured_content, answer.meta, meta_key=obs.meta_key)
+        if found.format == delta.TREE_FORMAT:
+            digest = delta.tree_digest(delta.document_of(answer, obs.meta_key))
+        else:
+            digest = answer_digest(answer.content, answer.structured_content, answer.meta, meta_key=obs.meta_key)
     except CanonicalizationError as exc:
         return Judged.broken(f"the answer built has no digest form ({exc}): no delta should have been sent")
     if digest != found.digest:
@@ -147,7 +151,8 @@ def judge_delta(obs: ToolObservations) -> Judged:
     size = f"{plural(exchange.reply_bytes, 'byte')} on the wire" if exchange.reply_bytes is not None else "sent"
     full = obs.get("after")
     of = f" (the full answer: {plural(full.reply_bytes, 'byte')})" if full and full.reply_bytes else ""
-    return Judged.ok(f"{plural(len(found.ops), 'op')}, {size}{of}; rebuilds the full answer; the digest matches")
+    form = "tree digest" if found.format == delta.TREE_FORMAT else "digest"
+    return Judged.ok(f"{plural(len(found.ops), 'op')}, {size}{of}; rebuilds the full answer; the {form} matches")
 
 
 # -- the stale windows -----------------------------------------------------------------------------

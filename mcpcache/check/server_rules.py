@@ -157,7 +157,7 @@ PROBES: tuple[Probe, ...] = (
         phase="after",
         tag=_current,
         shown=CURRENT,
-        accept_delta=(delta.FORMAT,),
+        accept_delta=delta.FORMATS,  # the tree digest's format first: its digest is checked when it is sent
     ),
     Probe(
         "delta-format",

@@ -79,14 +79,9 @@ app = typer.Typer(
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
+    from mcpcache import __version__
 
-    try:
-        return version("mcpcache")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        from mcpcache import __version__
-
-        return __version__
+    return __version__
 
 
 def _print_version(value: bool) -> None:

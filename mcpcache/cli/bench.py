@@ -51,6 +51,19 @@ def bench(
         str | None,
         typer.Option("--configs", metavar="LIST", help="Comma-separated configurations (default: all eight)."),
     ] = None,
+    link: Annotated[
+        str | None,
+        typer.Option(
+            "--link",
+            metavar="RATE",
+            help="Read every HTTP configuration through a simulated link of this rate each way (e.g. 100mbit, "
+            "10mbit), with --latency one way; the tables, PNG and JSON say it is simulated.",
+        ),
+    ] = None,
+    latency: Annotated[
+        float,
+        typer.Option("--latency", metavar="MS", help="The simulated link's one-way latency (with --link).", min=0),
+    ] = 20.0,
     compare: Annotated[
         tuple[Path, Path] | None,
         typer.Option("--compare", help="Print how two bench.json files differ, then stop.", metavar="OLD NEW"),
@@ -102,6 +115,15 @@ def bench(
     transports = tuple(t.strip() for t in transport.split(",") if t.strip()) if transport else mode.transports
     if not transports or any(t not in ("stdio", "http") for t in transports):
         raise typer.BadParameter("must be http, stdio or http,stdio", param_hint="--transport")
+    if link is not None:
+        from mcpcache.bench.relay import parse_link
+
+        try:
+            parse_link(link, latency)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--link") from exc
+        if "stdio" in transports:
+            raise typer.BadParameter("a simulated link carries HTTP only: use --transport http", param_hint="--link")
     chosen = tuple(s.strip() for s in sizes.split(",") if s.strip()) if sizes else mode.sizes
     try:
         for label in chosen:
@@ -118,6 +140,8 @@ def bench(
         edit_every=edit_every if edit_every is not None else mode.edit_every,
         configs=configs,
         extras=extras,
+        link=link,
+        latency_ms=latency,
     )
     try:
         document = run_bench(args, console)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -73,16 +74,25 @@ def _cache_store(store: Path | None, redis: str | None, namespace: str) -> tuple
 
 
 def _run_on_cache(
-    store: Path | None, redis: str | None, namespace: str, action: Callable[[Any, str], Awaitable[None]]
+    store: Path | None,
+    redis: str | None,
+    namespace: str,
+    action: Callable[[Any, str], Awaitable[None]],
+    nothing: Callable[[str], None] | None = None,
 ) -> None:
-    """Open the store, run `action` on it, close it; a store that fails is one line and exit code 1."""
+    """Open the store, run `action` on it, close it; a store that fails is one line and exit code 1.
+    `nothing(path)` says that the default file does not exist yet (default: two lines of prose)."""
     import anyio
 
     opened = _cache_store(store, redis, namespace)
     if opened is None:
         from mcpcache.stores.opening import TOOLS_FILE, default_path
 
-        print(f"Nothing cached yet: {default_path(TOOLS_FILE)} does not exist.")
+        path = str(default_path(TOOLS_FILE))
+        if nothing is not None:
+            nothing(path)
+            return
+        print(f"Nothing cached yet: {path} does not exist.")
         print("ToolCache() keeps the answers it may reuse there, once a server marks them cacheable.")
         return
 
@@ -103,6 +113,12 @@ def _run_on_cache(
         if module not in ("sqlite3", "redis", "mcpcache"):
             raise
         raise _cache_failed(f"{opened[1]}: {exc}", 1) from None
+
+
+def _print_json(document: dict[str, Any]) -> None:
+    import json
+
+    print(json.dumps(document, indent=2, ensure_ascii=False))
 
 
 def _cache_console() -> Any:
@@ -223,6 +239,14 @@ def cache_ls(
     store: _StorePath = None,
     redis: _RedisURL = None,
     namespace: _Namespace = "mcpcache",
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="One JSON document instead of the table: the store, the totals, and every field of each answer "
+            "(the tag whole); --limit applies.",
+        ),
+    ] = False,
 ) -> None:
     """List the cached answers: server, tool, protocol version, arguments, size, age, freshness and tag."""
     import time
@@ -230,7 +254,25 @@ def cache_ls(
     from mcpcache.client.entries import TOOLS_GROUP
     from mcpcache.client.inventory import cached_entries
     from mcpcache.client.policy import readable_duration
-    from mcpcache.stores.base import Match
+    from mcpcache.stores.items import Match
+
+    async def listed(cache_store: Any, where: str) -> None:
+        total = await cache_store.count(Match(TOOLS_GROUP, server, tool))
+        entries: list[dict[str, Any]] = []
+        now = time.time()
+        if total.items:
+            async for entry in cached_entries(cache_store, server=server, tool=tool):
+                entries.append({**dataclasses.asdict(entry), "age_s": round(max(now - entry.stored_at, 0.0), 3)})
+                if len(entries) >= limit:
+                    break
+        _print_json({"store": where, "answers": total.items, "bytes": total.bytes, "entries": entries})
+
+    def nothing_json(path: str) -> None:
+        _print_json({"store": path, "answers": 0, "bytes": 0, "entries": []})
+
+    if as_json:
+        _run_on_cache(store, redis, namespace, listed, nothing_json)
+        return
 
     async def show(cache_store: Any, where: str) -> None:
         console = _cache_console()
@@ -334,7 +376,7 @@ def cache_clear(
 ) -> None:
     """Remove cached answers (all of them, or one server's or one tool's); asks first unless --yes."""
     from mcpcache.client.entries import TOOLS_GROUP
-    from mcpcache.stores.base import Match
+    from mcpcache.stores.items import Match
 
     match = Match(TOOLS_GROUP, server, tool)
 

@@ -14,11 +14,7 @@ import typer
 from mcpcache.cli.app import app, port_problem, say
 
 if TYPE_CHECKING:
-    from typing import Any
-
-    from fastmcp import FastMCP
-
-    from mcpcache.gateway.app import Upstream
+    from mcpcache.gateway.app import Gateway, Upstream
     from mcpcache.gateway.config import ServeSettings, UpstreamSettings
 
 
@@ -48,8 +44,19 @@ def gateway(
     redis: Annotated[
         str | None, typer.Option("--redis", metavar="URL", help="Share one Redis store with other replicas.")
     ] = None,
-    host: Annotated[str | None, typer.Option("--host", help="Listen address (default 127.0.0.1).")] = None,
-    port: Annotated[int | None, typer.Option("--port", help="Listen port (default 8765; 0: any free port).")] = None,
+    require_store: Annotated[
+        bool,
+        typer.Option(
+            "--require-store",
+            help="Exit (2) if the store does not answer at start, instead of serving without it until it does.",
+        ),
+    ] = False,
+    host: Annotated[
+        str | None, typer.Option("--host", metavar="HOST", help="Listen address (default 127.0.0.1).")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option("--port", metavar="PORT", help="Listen port (default 8765; 0: any free port).")
+    ] = None,
 ) -> None:
     """Serve upstream MCP servers over streamable HTTP, stamping tags and answering not-modified for the
     tools the configuration declares (docs/gateway.md)."""
@@ -72,12 +79,13 @@ def gateway(
             settings = quick_config(url=upstream, command=command or None, tools=tool or [])
         else:
             raise ConfigError("name the upstreams: --config FILE, or --upstream URL, or --upstream -- COMMAND...")
-        settings = with_overrides(settings, redis=redis, host=host, port=port)
+        settings = with_overrides(settings, redis=redis, host=host, port=port, require_store=require_store)
     except ConfigError as exc:
         print(f"mcpcache gateway: {exc}", file=sys.stderr)
         raise typer.Exit(2) from None
 
     from mcpcache.gateway.app import build_gateway, open_store
+    from mcpcache.gateway.outages import StoreOutages, install_logging
     from mcpcache.gateway.reach import reach_upstreams
     from mcpcache.processes import free_port
 
@@ -105,6 +113,9 @@ def gateway(
     store_text = "none (tags and not-modified only)"
     if settings.store is not None:
         store_text = settings.store.redis or settings.store.sqlite or "memory (this process only)"
+    # One line per store outage (and one when it is over), never a traceback: see mcpcache/gateway/outages.py.
+    outages = StoreOutages(shared, _shown_store(store_text), say) if shared is not None else None
+    install_logging(outages)
 
     async def serve_when_reached() -> int:
         try:
@@ -114,12 +125,24 @@ def gateway(
             if failed:
                 print(f"mcpcache gateway: {'; '.join(_unreachable(up, why) for up, why in failed)}", file=sys.stderr)
                 return 2
+            why = await outages.probe() if outages is not None else None
+            if why is not None and settings.store is not None and settings.store.required:
+                shown = _shown_store(store_text)
+                text = f"the store {shown} is unreachable ({why}), and the store is required: not starting"
+                print(f"mcpcache gateway: {text}", file=sys.stderr)
+                return 2
+            if why is not None and outages is not None:
+                outages.went_down(why)
             say(f"mcpcache gateway: serving http://{serve.host}:{bound}{serve.path}")
             say(f"  upstreams: {'; '.join(f'{up.name}: {_shown(up.settings)}' for up in gateway.upstreams)}")
             say(f"  declared: {', '.join(declared) or 'none (every tool passes through untouched)'}")
             say(f"  store: {store_text}; auth: {settings.auth.kind}")
             # In this event loop: a stdio upstream's process and session, started above, serve the calls.
-            await _serve_http(gateway.server, serve, bound)
+            async with anyio.create_task_group() as watching:
+                if outages is not None:
+                    watching.start_soon(outages.watch)
+                await _serve(gateway, serve, bound)
+                watching.cancel_scope.cancel()
             return 0
         finally:
             await gateway.aclose()
@@ -129,7 +152,7 @@ def gateway(
         raise typer.Exit(code)
 
 
-async def _serve_http(server: FastMCP[Any], serve: ServeSettings, port: int) -> None:
+async def _serve(gateway: Gateway, serve: ServeSettings, port: int) -> None:
     """The gateway over streamable HTTP until it is stopped: what FastMCP's `run_http_async` does, with the
     event store that makes callers' SSE streams resumable (which `run_http_async` does not pass on)."""
     import fastmcp
@@ -146,7 +169,7 @@ async def _serve_http(server: FastMCP[Any], serve: ServeSettings, port: int) -> 
     if allowed is None:
         configured = fastmcp.settings.http_allowed_hosts
         allowed = [*(configured or []), serve.host] if _loopback(serve.host) else configured
-    app = server.http_app(
+    app = gateway.server.http_app(
         path=serve.path,
         json_response=json_response,
         host_origin_protection="auto",
@@ -176,6 +199,12 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _shown_store(text: str) -> str:
+    from mcpcache.client.identity import shown_url
+
+    return shown_url(text) if "://" in text else text
 
 
 def _importable(name: str) -> bool:

@@ -25,6 +25,7 @@ import anyio
 from cachetools import LRUCache
 from mcp_types import CallToolResult, TextContent
 
+from mcpcache.canonical import CanonicalizationError
 from mcpcache.client.background import Deferred
 from mcpcache.client.contracts import Connection
 from mcpcache.client.entries import (
@@ -32,16 +33,11 @@ from mcpcache.client.entries import (
     decode_result,
     merged,
 )
-from mcpcache.client.fence import (
-    DEFAULT_STORE_COOLDOWN_S,
-    DEFAULT_STORE_DEADLINE_S,
-    DEFAULT_STORE_SECONDS_PER_MB,
-    FencedStore,
-)
 from mcpcache.client.flights import Flights
 from mcpcache.client.keeping import Keeping
 from mcpcache.client.keyrules import KeyRules, overrides
 from mcpcache.client.keys import Arm, CallIdentity, plain_arguments, readable_server
+from mcpcache.client.leaves import LeafMemo
 from mcpcache.client.managing import remember
 from mcpcache.client.outcomes import CacheStats, CallOutcome, Status
 from mcpcache.client.patching import Patched, Unpatched, patch_answer
@@ -73,10 +69,16 @@ from mcpcache.client.stale import DEFAULT_BACKGROUND_REVALIDATIONS, Background, 
 from mcpcache.client.telemetry import ClientTelemetry
 from mcpcache.client.tier import DecodedTier, hold
 from mcpcache.client.views import view_of
-from mcpcache.etag import CanonicalizationError
 from mcpcache.protocol import META_KEY, conditional_request_meta
 from mcpcache.sizes import bytes_saved, result_bytes
 from mcpcache.stores.base import Store
+from mcpcache.stores.fence import (
+    DEFAULT_STORE_COOLDOWN_S,
+    DEFAULT_STORE_DEADLINE_S,
+    DEFAULT_STORE_SECONDS_PER_MB,
+    FencedStore,
+    FenceSettings,
+)
 from mcpcache.stores.opening import TOOLS_FILE, default_store
 
 if TYPE_CHECKING:
@@ -87,7 +89,7 @@ if TYPE_CHECKING:
     from mcpcache.client.fastmcp import CachedFastMCPClient
     from mcpcache.client.wrappers import CachedMCPClient, CachedSession
 
-__all__ = ["CacheStats", "CallOutcome", "Connection", "ToolCache"]
+__all__ = ["CacheStats", "CallOutcome", "ToolCache"]
 
 logger = logging.getLogger("mcpcache.client")
 
@@ -240,6 +242,7 @@ class ToolCache(StaleServing, Keeping):
         self.stats = CacheStats()
         self._telemetry = ClientTelemetry(tracer_provider, meter_provider)
         self._tier = DecodedTier(max_answer_bytes if decoded_tier_bytes is None else decoded_tier_bytes)
+        self._leaves = LeafMemo()
         self.read_only_views = read_only_views
         self._deferred = Deferred.of(self.store)
         """Store writes started beside the calls that asked for them (see `mcpcache.client.background`)."""
@@ -264,10 +267,11 @@ class ToolCache(StaleServing, Keeping):
         call made before names it without building and hashing it again (`fresh_hit`)."""
         self._store = FencedStore(
             self.store,
-            self._count_store_failure,
-            deadline_s=store_deadline_s,
-            cooldown_s=store_cooldown_s,
-            seconds_per_mb=store_deadline_per_mb_s,
+            who="tool cache store",
+            meanwhile="calls go on without the cache",
+            logger=logger,
+            on_failure=self._count_store_failure,
+            settings=FenceSettings(store_deadline_s, store_cooldown_s, store_deadline_per_mb_s),
             most_bytes=max_answer_bytes,
         )
 
@@ -582,7 +586,10 @@ class ToolCache(StaleServing, Keeping):
             # unknown: it may have come at any moment up to now. Only a request sent from now on may be
             # shared (see `decide_join`), and nothing stored is served.
             now = self.clock()
-            return _Looked(None, now, decide_lookup(mode, None, now, now))
+            decision = decide_lookup(mode, None, now, now)
+            if isinstance(decision, Fetch) and self._store.trouble:
+                decision = replace(decision, reason=f"miss: the store {self._store.trouble}")
+            return _Looked(None, now, decision)
         found: Found | None = None
         for (arm, key), item in zip(arms, items, strict=False):
             if item is None:
@@ -655,6 +662,27 @@ class ToolCache(StaleServing, Keeping):
         return _Looked(None, looked.ended_at, Fetch(store=True, reason=f"miss: {why.value}"))
 
     async def _send(
+        self,
+        conn: Connection,
+        identity: CallIdentity,
+        key: str,
+        mode: CacheMode,
+        user_meta: dict[str, Any] | None,
+        looked: _Looked,
+        timeout_s: float | None,
+    ) -> tuple[CallToolResult, CallOutcome]:
+        """The call sent and answered (`_exchange`). One that fails instead, once its request may have left
+        (a timeout, a lost connection, a cancellation), ends freshness as an answered write would."""
+        stored = looked.found is not None
+        # Known before the request leaves: a cancellation leaves time for nothing but the store's mark.
+        read_only = await conn.read_only(identity.tool) if self.trusted and not stored else None
+        try:
+            return await self._exchange(conn, identity, key, mode, user_meta, looked, timeout_s)
+        except BaseException as exc:
+            await self._after_unanswered(conn, identity.tool, exc, read_only=read_only, stored=stored)
+            raise
+
+    async def _exchange(
         self,
         conn: Connection,
         identity: CallIdentity,
@@ -775,7 +803,8 @@ class ToolCache(StaleServing, Keeping):
             if base is _Unserved.UNREADABLE:
                 await self._remove(found.key)
             return f"the delta's base is not held: {base.value}"
-        made = patch_answer(base, decision.delta, reply.meta, self.meta_key)
+        held = self._leaves.get(found.key, found.item.tag, found.item.checksum)
+        made = patch_answer(base, decision.delta, reply.meta, self.meta_key, base_leaves=held)
         match made:
             case Unpatched():
                 return made.reason
@@ -792,7 +821,16 @@ class ToolCache(StaleServing, Keeping):
         reason = f"{lookup_reason}; {decision.reason}; {made.reason}"
         reply_bytes = result_bytes(reply)
         return await self._keep(
-            conn, identity, key, found, decision.then, result, "patched", reason, patched_by=reply_bytes
+            conn,
+            identity,
+            key,
+            found,
+            decision.then,
+            result,
+            "patched",
+            reason,
+            patched_by=reply_bytes,
+            leaves=made.leaves,
         )
 
     async def _serve_stored(

@@ -26,7 +26,7 @@ from mcpcache.client.keys import Arm
 from mcpcache.client.policy import EntryMeta
 from mcpcache.client.tier import Decoded
 from mcpcache.protocol import NOT_MODIFIED_KEY, CacheBlock
-from mcpcache.stores.base import Item
+from mcpcache.stores.items import Item
 
 _SHARED_TEXT = b"\x00mcpcache/shared-text/1\n"
 """The first bytes of a body in the shared-text form (a plain body starts with `{`)."""

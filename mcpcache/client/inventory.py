@@ -19,7 +19,8 @@ from pathlib import Path
 
 from mcpcache.client.entries import TOOLS_GROUP
 from mcpcache.client.policy import EntryMeta, ServeFresh, decide_lookup, freshness_ended_at, readable_duration
-from mcpcache.stores.base import DEFAULT_PAGE_SIZE, Item, Listed, Match, Store
+from mcpcache.stores.base import Store
+from mcpcache.stores.items import DEFAULT_PAGE_SIZE, Item, Listed, Match
 from mcpcache.stores.sqlite_file import SCHEMA_VERSION
 
 __all__ = [

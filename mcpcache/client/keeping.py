@@ -12,18 +12,33 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import assert_never
 
+import anyio
+import mcp_types as mt
+from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
 
 from mcpcache.client.contracts import Connection
 from mcpcache.client.entries import Found, encode_entry, entry_item, stored_size_at_least
 from mcpcache.client.keys import CallIdentity, readable_server
+from mcpcache.client.leaves import LeafMemo
 from mcpcache.client.managing import Managing
 from mcpcache.client.outcomes import CacheStats, CallOutcome, Status
-from mcpcache.client.policy import EntryMeta, ReturnUnstored, StoreAnswer, decide_size, ends_freshness, store_arm
+from mcpcache.client.policy import (
+    EndFreshness,
+    EntryMeta,
+    KeepFreshness,
+    ReturnUnstored,
+    StoreAnswer,
+    decide_size,
+    decide_unanswered,
+    ends_freshness,
+    store_arm,
+)
 from mcpcache.client.tier import copy_result, hold
+from mcpcache.delta.tree import Leaves
 from mcpcache.protocol import parse_cache_block
 from mcpcache.sizes import bytes_saved, result_bytes
-from mcpcache.stores.base import Item, body_checksum
+from mcpcache.stores.items import Item, body_checksum
 
 __all__ = ["Keeping"]
 
@@ -39,6 +54,7 @@ class Keeping(Managing):
     read_only_views: bool
     keep_stale_s: float
     max_answer_bytes: int
+    _leaves: LeafMemo
 
     def _expires_at(self, meta: EntryMeta) -> float:
         """When the store may drop the entry, on the store's clock (which judges it), not the cache's."""
@@ -57,9 +73,11 @@ class Keeping(Managing):
         lookup_reason: str,
         *,
         patched_by: int | None = None,
+        leaves: Leaves | None = None,
     ) -> tuple[CallToolResult, CallOutcome]:
         """Return `reply` and keep it as `decision` says. `patched_by`: `reply` was built from a delta reply
-        of that many bytes (what it saved is the answer's bytes less those)."""
+        of that many bytes (what it saved is the answer's bytes less those); `leaves`: its tree digest's leaf
+        hashes, kept beside it once it is stored (`mcpcache.client.leaves`)."""
         await self._after_server_answer(conn, identity.tool, reply)
         encoded = None
         if isinstance(decision, StoreAnswer):
@@ -108,7 +126,10 @@ class Keeping(Managing):
             copy = reply if self.read_only_views else copy_result(reply)
 
             async def write() -> None:
-                if not await self._save_and_hold(own, item, meta, identity, lambda: copy):
+                if await self._save_and_hold(own, item, meta, identity, lambda: copy):
+                    if leaves is not None:
+                        self._leaves.put(own, meta.etag, body_checksum(item.body), leaves)
+                else:
                     # The outcome counted it as stored when it was returned; the store kept a newer answer or failed.
                     self.stats.stored -= 1
                     self.stats.not_stored += 1
@@ -124,7 +145,11 @@ class Keeping(Managing):
         if not await self._save_and_hold(
             own, item, meta, identity, lambda: reply if self.read_only_views else copy_result(reply)
         ):
-            why = "not stored: the store holds a newer answer, or could not take this one"
+            trouble = self._store.trouble
+            if not trouble:
+                why = "not stored: the store holds a newer answer, or refused this one"
+            else:  # the lookup may have said why already
+                why = "not stored" if trouble in lookup_reason else f"not stored: the store {trouble}"
             return reply, CallOutcome(status, False, f"{lookup_reason}; {why}", saved)
         return reply, CallOutcome(status, True, f"{lookup_reason}; {decision.reason}", saved)
 
@@ -144,6 +169,23 @@ class Keeping(Managing):
         self._validated[(own, meta.etag or "", checksum)] = None
         return True
 
+    async def _after_unanswered(
+        self, conn: Connection, name: str, exc: BaseException, *, read_only: bool | None, stored: bool
+    ) -> None:
+        """A call failed once its request may have left (`exc`): its outcome is unknown, so it ends freshness,
+        in this process and in the store, as an answered write would (`decide_unanswered`). Even when the
+        failure is the caller's cancellation: the mark is written shielded, within the store's deadline."""
+        decision = decide_unanswered(failure=_failure_of(exc), read_only=read_only, trusted=self.trusted, stored=stored)
+        match decision:
+            case EndFreshness():
+                logger.info("tool %r: %s", name, decision.reason)
+                with anyio.CancelScope(shield=True):
+                    await self.end_freshness(conn.server_id, conn.era)
+            case KeepFreshness():
+                logger.debug("tool %r: %s", name, decision.reason)
+            case _:
+                assert_never(decision)
+
     async def _after_server_answer(self, conn: Connection, name: str, reply: CallToolResult) -> None:
         answered_with_block = parse_cache_block(reply.meta, self.meta_key) is not None
         if answered_with_block:
@@ -151,3 +193,14 @@ class Keeping(Managing):
         read_only = await conn.read_only(name) if self.trusted else None
         if ends_freshness(read_only=read_only, trusted=self.trusted, answered_with_block=False):
             await self.end_freshness(conn.server_id, conn.era)
+
+
+def _failure_of(exc: BaseException) -> str:
+    """How a call whose request may have left failed, in words."""
+    if isinstance(exc, anyio.get_cancelled_exc_class()):
+        return "the call was cancelled"
+    if isinstance(exc, MCPError) and exc.code == mt.REQUEST_TIMEOUT:
+        return "the call timed out"
+    if isinstance(exc, MCPError) and exc.code == mt.CONNECTION_CLOSED:
+        return "the call's exchange was lost"
+    return f"the call failed ({type(exc).__name__})"

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 import xxhash
 
-from mcpcache.etag import canonical_json
+from mcpcache.canonical import canonical_json
 
 __all__ = ["READABLE_LIMIT", "Arm", "CallIdentity", "abbreviate", "plain_arguments", "readable_server"]
 

@@ -13,15 +13,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from cachetools import LRUCache
 
+from mcpcache.canonical import CanonicalizationError
 from mcpcache.client.background import Deferred
 from mcpcache.client.contracts import Declaring
 from mcpcache.client.entries import TOOLS_GROUP, mark_item
-from mcpcache.client.fence import FencedStore
 from mcpcache.client.keyrules import KeyRules
 from mcpcache.client.keys import CallIdentity, readable_server
 from mcpcache.client.tier import DecodedTier
-from mcpcache.etag import CanonicalizationError
-from mcpcache.stores.base import Match, Store
+from mcpcache.stores.base import Store
+from mcpcache.stores.fence import FencedStore
+from mcpcache.stores.items import Match
 
 if TYPE_CHECKING:
     from mcpcache.client.inventory import CachedEntry

@@ -67,19 +67,29 @@ class CallOutcome:
 
 @dataclass
 class CacheStats:
+    """What one `ToolCache` did since it was made (`ToolCache.stats`): its calls by outcome, and its store's
+    failures. Counted in this process only."""
+
     calls: int = 0
+    """Calls answered, whatever the outcome."""
     fresh_hits: int = 0
+    """Calls served from the cache without asking the server."""
     revalidations: int = 0
+    """Calls the server answered "not modified": the stored answer was served."""
     patched: int = 0
     """Calls answered by patching the stored answer with a delta reply (docs/client.md, "Delta replies")."""
     deltas_unused: int = 0
     """Delta replies that could not be used: each call was asked again in full (`CallOutcome.delta_unused`)."""
     misses: int = 0
+    """Calls the server answered in full."""
     bypasses: int = 0
+    """Calls made with the cache bypassed: nothing looked up, nothing stored."""
     stored: int = 0
     """Answers that came from the server (whole, or patched from a delta reply) and were stored."""
     not_stored: int = 0
+    """Answers from the server that were not stored (the outcome's reason says why)."""
     coalesced: int = 0
+    """Calls answered by another identical call's request in flight at the same moment."""
     store_failures: int = 0
     """Store operations that raised or missed the store deadline (each one was a miss or a skipped write)."""
     bytes_saved: int = 0

@@ -28,8 +28,10 @@ from typing import Any
 from mcp_types import CallToolResult
 
 from mcpcache import delta
+from mcpcache.canonical import CanonicalizationError
 from mcpcache.delta.spec import DeltaError
-from mcpcache.etag import CanonicalizationError, answer_digest
+from mcpcache.delta.tree import TREE_DIGEST_PREFIX, TREE_FORMAT, Leaves, leaves_of, root_of, updated
+from mcpcache.etag import answer_digest
 from mcpcache.protocol import DELTA_KEY, SERVER_INFO_KEY, DeltaBlock
 
 __all__ = ["PatchResult", "Patched", "Unpatched", "patch_answer"]
@@ -37,10 +39,12 @@ __all__ = ["PatchResult", "Patched", "Unpatched", "patch_answer"]
 
 @dataclass(frozen=True)
 class Patched:
-    """The new answer, verified: serve it and keep it as a full answer with its block would be kept."""
+    """The new answer, verified: serve it and keep it as a full answer with its block would be kept.
+    `leaves`: its tree digest's leaf hashes, when the delta named it by one (kept for the next delta)."""
 
     result: CallToolResult
     reason: str
+    leaves: Leaves | None = None
 
 
 @dataclass(frozen=True)
@@ -56,10 +60,22 @@ _SHOWN = 300
 """A reason quotes at most this much of an error message (it may quote a peer's pointers and values)."""
 
 
-def patch_answer(base: CallToolResult, reply_delta: DeltaBlock, reply_meta: object, meta_key: str) -> PatchResult:
+def patch_answer(
+    base: CallToolResult,
+    reply_delta: DeltaBlock,
+    reply_meta: object,
+    meta_key: str,
+    *,
+    base_leaves: Leaves | None = None,
+) -> PatchResult:
     """The answer `reply_delta` turns `base` into (`base`: a private copy of the stored answer whose tag is
     the delta's base; it is not changed, and the result may share its unchanged values), with the reply's
-    block; or why not. `reply_meta`: the delta reply's `_meta`, as received."""
+    block; or why not. `reply_meta`: the delta reply's `_meta`, as received. `base_leaves`: the tree
+    digest's leaf hashes of exactly `base` (`mcpcache.client.leaves`), if held: only the leaves the ops
+    touch are then hashed; without them every leaf is (what the whole-answer digest costs)."""
+    tree = reply_delta.format == TREE_FORMAT
+    if reply_delta.digest.startswith(TREE_DIGEST_PREFIX) != tree:
+        return Unpatched(f"the delta's digest is not of the form its format {reply_delta.format!r} names")
     try:
         document = delta.document_of(base, meta_key)
         patched = delta.apply(document, reply_delta.ops)
@@ -68,15 +84,23 @@ def patch_answer(base: CallToolResult, reply_delta: DeltaBlock, reply_meta: obje
         return Unpatched(f"the delta's ops do not apply to the stored answer: {_cut(str(exc))}")
     except (ValueError, TypeError) as exc:  # the stored copy has no document (a value that is not JSON)
         return Unpatched(f"the stored answer cannot be patched: {_cut(str(exc))}")
+    leaves: Leaves | None = None
     try:
-        digest = answer_digest(answer.content, answer.structured_content, answer.meta, meta_key=meta_key)
+        if tree:
+            # The leaves of the answer as validated (what is served and stored), not of the raw document.
+            if base_leaves is None:
+                base_leaves = leaves_of(document)
+            leaves = updated(base_leaves, reply_delta.ops, delta.document_of(answer, meta_key))
+            digest = root_of(leaves)
+        else:
+            digest = answer_digest(answer.content, answer.structured_content, answer.meta, meta_key=meta_key)
     except CanonicalizationError as exc:
         return Unpatched(f"the patched answer has no digest form: {_cut(str(exc))}")
     if digest != reply_delta.digest:
         return Unpatched("the patched answer's digest is not the one the server named")
     assert isinstance(reply_meta, Mapping)  # a reply with a parsed delta has a block, so a `_meta` object
     result = answer.model_copy(update={"meta": _new_meta(answer.meta, reply_meta, meta_key)})
-    return Patched(result, f"patched: {len(reply_delta.ops)} op(s) applied, digest verified")
+    return Patched(result, f"patched: {len(reply_delta.ops)} op(s) applied, digest verified", leaves)
 
 
 def _new_meta(patched: Mapping[str, Any] | None, reply_meta: Mapping[str, Any], meta_key: str) -> dict[str, Any]:

@@ -8,6 +8,8 @@ read:
   to patch the stored answer with it, `ApplyDelta`, or ask again in full);
 - `decide_stale`: whether a stale entry may be served (at once while it is revalidated in the background,
   or in place of a server that could not answer), and why;
+- `decide_unanswered`: whether a call whose outcome is unknown (its request may have left, no answer came)
+  ends freshness as a write;
 - `reply_block`, `store_arm`, `freshness_ended_at`, `ends_freshness`, `may_serve`: the smaller rules the
   driver would otherwise decide on its own.
 The driver (`mcpcache.client.cache`) does exactly what the decision says.
@@ -22,7 +24,8 @@ from typing import Any, Literal, TypeGuard, get_args
 from mcp.client.caching import CacheMode
 
 from mcpcache.client.keys import Arm
-from mcpcache.delta.spec import FORMAT, MAX_OPS
+from mcpcache.delta import FORMATS
+from mcpcache.delta.spec import MAX_OPS
 from mcpcache.protocol import (
     NOT_MODIFIED_KEY,
     STALE_IF_ERROR_KEY,
@@ -40,12 +43,15 @@ __all__ = [
     "CACHE_MODES",
     "DEFAULT_MAX_ANSWER_BYTES",
     "DELTA_FORMATS",
+    "NO_CACHE_BLOCK",
     "ApplyDelta",
     "CacheMode",
+    "EndFreshness",
     "EntryMeta",
     "Fetch",
     "Join",
     "JoinFlight",
+    "KeepFreshness",
     "Lookup",
     "NotStale",
     "RepeatWithoutTag",
@@ -59,11 +65,13 @@ __all__ = [
     "StaleChoice",
     "StaleWindow",
     "StoreAnswer",
+    "Unanswered",
     "decide_join",
     "decide_lookup",
     "decide_reply",
     "decide_size",
     "decide_stale",
+    "decide_unanswered",
     "delta_formats",
     "ended_by_a_write",
     "ends_freshness",
@@ -291,8 +299,11 @@ class ApplyDelta:
 
 Reply = ReturnUnstored | StoreAnswer | ServeStored | RepeatWithoutTag | ApplyDelta
 
-DELTA_FORMATS: tuple[str, ...] = (FORMAT,)
+DELTA_FORMATS: tuple[str, ...] = FORMATS
 """The delta formats the client cache applies, in its order of preference (docs/protocol.md section 11)."""
+
+NO_CACHE_BLOCK = "the answer has no cache block"
+"""Why an answer is not stored when its server stamps nothing (the proxy says once what would stamp it)."""
 
 
 def delta_formats(deltas: bool) -> tuple[str, ...]:
@@ -391,7 +402,7 @@ def decide_reply(
     if is_error:
         return ReturnUnstored(drop_entry=False, reason="error results are never stored")
     if block is None or not block.cacheable:
-        return ReturnUnstored(drop_entry=entry is not None, reason="not stored: the answer has no cache block")
+        return ReturnUnstored(drop_entry=entry is not None, reason=f"not stored: {NO_CACHE_BLOCK}")
     if not store:
         return ReturnUnstored(drop_entry=False, reason="not stored: bypass")
     if block.cache_scope == "private" and not keep_private:
@@ -478,6 +489,37 @@ def ends_freshness(*, read_only: bool | None, trusted: bool, answered_with_block
     if answered_with_block:
         return False
     return not (trusted and read_only is True)
+
+
+@dataclass(frozen=True)
+class EndFreshness:
+    reason: str
+
+
+@dataclass(frozen=True)
+class KeepFreshness:
+    reason: str
+
+
+Unanswered = EndFreshness | KeepFreshness
+
+
+def decide_unanswered(*, failure: str, read_only: bool | None, trusted: bool, stored: bool) -> Unanswered:
+    """Whether a call that failed once its request may have left (`failure`: a timeout, a lost connection, a
+    cancellation, an error) ends freshness: its outcome is unknown, so it does exactly as an answered write
+    would, and a read leaves freshness alone as an answered read would.
+
+    A read is a tool a trusted server annotated read-only, or a call whose stored answer (`stored`) came with
+    a cache block: the server called it a read when it answered (`ends_freshness`); anything else may be a
+    write the server applied before its answer was lost.
+    """
+    if not ends_freshness(read_only=read_only, trusted=trusted, answered_with_block=stored):
+        what = "its stored answer came with a cache block" if stored else "annotated read-only by a trusted server"
+        return KeepFreshness(f"{failure}; freshness not ended: a read ({what})")
+    return EndFreshness(
+        f"{failure}; its outcome is unknown, so freshness ends as after an answered write (the server may have "
+        "applied it)"
+    )
 
 
 def reply_block(meta: object, meta_key: str) -> CacheBlock | None:

@@ -1,14 +1,16 @@
 """A call whose exchange was lost after it was sent: sent once more when the tool may safely run twice.
 
-A lost exchange (the connection closed, or the answer broke off, after the request went out: the MCP SDK's
-`CONNECTION_CLOSED` error) leaves the outcome unknown: the server may have run the call or not. RFC 9110
+A lost exchange (the connection reset or closed, or the answer broke off, after the request went out: the MCP
+SDK's `CONNECTION_CLOSED` error) leaves the outcome unknown: the server may have run the call or not. A
+reset before any byte of the answer is no exception: a proxy or load balancer resets the client's connection
+after forwarding the request as readily as a server resets one it never read. RFC 9110
 section 9.2.2 lets a client repeat such a request automatically when its method is idempotent, and only
 then. A tool's annotations say the same of a tool: `readOnlyHint` (no effect at all) or `idempotentHint`
 (calling it again with the same arguments has no additional effect). So a call of such a tool is sent once
 more, and any other call fails as it came, since it may have run and must not run twice. The hints are
 believed only from a server the cache trusts (`ToolCache(trusted=True)`), as `readOnlyHint` is for ending
-freshness. (A request the server reset before reading it never ran, whatever the tool:
-`mcpcache.client.transport_guard` sends it again, below this.)
+freshness. This is the only place a call is sent again (`mcpcache.client.transport_guard`, below it, never
+sends anything twice).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ Resend = SendAgain | KeepFailure
 
 def lost_after_sent(exc: BaseException) -> bool:
     """Whether `exc` is an exchange lost after its request went out: the SDK's `CONNECTION_CLOSED`, which is
-    also what `transport_guard` makes of an HTTP exchange that fails in any way but a reset before reading."""
+    also what `transport_guard` makes of an HTTP exchange that fails in any way."""
     return isinstance(exc, MCPError) and exc.code == mt.CONNECTION_CLOSED
 
 

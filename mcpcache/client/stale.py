@@ -33,11 +33,11 @@ import mcp_types as mt
 from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp_types import CallToolResult
 
+from mcpcache.canonical import CanonicalizationError
 from mcpcache.client.keyrules import KeyRules
 from mcpcache.client.keys import CallIdentity
 from mcpcache.client.outcomes import CacheStats, CallOutcome
 from mcpcache.client.policy import CacheMode, NotStale, ServeFresh, ServeStale, decide_stale
-from mcpcache.etag import CanonicalizationError
 
 if TYPE_CHECKING:
     from mcpcache.client.contracts import Connection

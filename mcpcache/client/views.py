@@ -2,7 +2,8 @@
 
 `mcp.Client` and `mcp.ClientSession` get the views of `mcpcache.client.wrappers`; `fastmcp.Client` gets
 `mcpcache.client.fastmcp`'s, imported only when such a client is wrapped (the SDK path must not need
-FastMCP). Every wrap also guards the process's streamable HTTP sessions (`transport_guard`).
+FastMCP). A view also guards the streamable HTTP transport of each session it calls through
+(`transport_guard`, with the session's notification hook in `wrappers`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from typing import Any
 from mcp import Client as MCPClient
 from mcp import ClientSession
 
-from mcpcache.client import transport_guard
 from mcpcache.client.contracts import ViewCache
 from mcpcache.client.wrappers import CachedMCPClient, CachedSession, _CachedView
 
@@ -21,7 +21,6 @@ __all__ = ["view_of"]
 
 def view_of(cache: ViewCache, client: Any, server_id: str | None) -> _CachedView:
     """A caching view of `client` over `cache` (TypeError for a client it cannot wrap)."""
-    transport_guard.install()  # one failed HTTP exchange must not end the session the cache calls through
     view = _view_of(cache, client, server_id)
     view._hook_if_connected()
     return view

@@ -28,6 +28,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
+from mcpcache.client import transport_guard
 from mcpcache.client.contracts import ViewCache
 from mcpcache.client.identity import connection_server_id, stdio_server_id, url_server_id
 from mcpcache.client.outcomes import CallOutcome
@@ -171,6 +172,9 @@ class _SessionHook:
         hook = cls(session, session._message_handler)
         setattr(session, cls._ATTRIBUTE, hook)
         session._message_handler = hook
+        # Once per session, as the hook: one failed HTTP exchange must not end a session the cache calls
+        # through (and only such a session: others keep the SDK as shipped).
+        transport_guard.guard_session(session)
         return hook
 
     def register(self, view: _CachedView) -> None:

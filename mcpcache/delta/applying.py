@@ -8,9 +8,10 @@ from typing import Any, Final
 import orjson
 
 import mcpcache.delta.spec as spec
+from mcpcache.canonical import CanonicalizationError
 from mcpcache.delta.equality import json_equal, kind_of
 from mcpcache.delta.spec import OPS, DeltaError, escape_token, shown
-from mcpcache.etag import CanonicalizationError, exact_json
+from mcpcache.etag import exact_json
 
 _ESCAPE_RE: Final = re.compile(r"~(?![01])")
 

@@ -11,7 +11,7 @@ from mcpcache.delta.equality import agreeing, equality_for, same, same_serialize
 from mcpcache.delta.spec import escape_token
 
 
-def diff(old: Any, new: Any, *, max_bytes: int) -> list[dict[str, Any]] | None:
+def diff(old: Any, new: Any, *, max_bytes: int, path: str = "") -> list[dict[str, Any]] | None:
     """Ops that turn document `old` into document `new`, or None when their compact JSON (what
     `orjson.dumps(ops)` gives) would be longer than `max_bytes`. Stops as soon as it knows.
 
@@ -24,10 +24,13 @@ def diff(old: Any, new: Any, *, max_bytes: int) -> list[dict[str, Any]] | None:
     becomes a few splices. The cost is one pass over what is equal plus a few tens of microseconds per
     place that changed. The ops hold values of `new`, not copies. `old` and `new` are JSON: no NaN or
     infinity (which have no JSON form, and which orjson would write as null).
+
+    `path`: a JSON Pointer the ops' paths start with, for a caller that diffs one part of a document (the
+    ops then apply to the document, not to `old`).
     """
     differ = _Differ(max_bytes)
     try:
-        differ.value(old, new, "")
+        differ.value(old, new, path)
     except _OverBudget:
         return None
     except (orjson.JSONEncodeError, RecursionError):
@@ -123,6 +126,11 @@ class _Differ:
         return True
 
     def object(self, old: dict[str, Any], new: dict[str, Any], path: str) -> None:
+        if not _order_kept(old, new):
+            # Ops keep the members they leave and append the ones they add, so `new`'s own order (which a
+            # serializer writes, and the answer served must have, byte for byte) comes only whole.
+            self.emit({"op": "replace", "path": path, "value": new})
+            return
         since = self.mark()
         whole = 0
         for key in old:
@@ -250,6 +258,15 @@ class _Differ:
             i, j = to_i - back, to_j - back
         if i < old_end or j < new_end:
             self.splice(path, j, old_end - i, new[j:new_end])
+
+
+def _order_kept(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether ops on `old` (removes, replaces in place, adds at the end) can leave `new`'s member order:
+    its members that `old` has, in `old`'s order, then the others."""
+    if old.keys() == new.keys():
+        return list(old) == list(new)
+    kept = [key for key in old if key in new]
+    return list(new) == kept + [key for key in new if key not in old]
 
 
 def _similarity(a: Any, b: Any) -> float:

@@ -183,6 +183,8 @@ class StoreSettings(_Strict):
     delta_history_bytes: int = Field(default=DEFAULT_HISTORY_BYTES, ge=0, strict=True)
     """The bound of the answers kept in the store to send deltas against (all replicas together); 0: none
     kept, no delta replies."""
+    required: bool = Field(default=False, strict=True)
+    """Refuse to start (exit 2) when the store does not answer at start, instead of serving without it."""
 
     @field_validator("redis")
     @classmethod
@@ -485,14 +487,24 @@ def quick_config(
 
 
 def with_overrides(
-    config: GatewayConfig, *, redis: str | None = None, host: str | None = None, port: int | None = None
+    config: GatewayConfig,
+    *,
+    redis: str | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    require_store: bool = False,
 ) -> GatewayConfig:
-    """`config` with the command line's `--redis`, `--host` and `--port` in place of the file's."""
+    """`config` with the command line's `--redis`, `--host`, `--port` and `--require-store` in place of the
+    file's."""
     data = config.model_dump(exclude_unset=True)
     if redis is not None:
         # The store's location changes; its other settings (namespace, bounds) stay as the file sets them.
         kept = {key: value for key, value in data.get("store", {}).items() if key not in ("redis", "sqlite", "memory")}
         data["store"] = {**kept, "redis": redis}
+    if require_store:
+        if "store" not in data:
+            raise ConfigError("--require-store: there is no store to require ([store] or --redis names one)")
+        data["store"]["required"] = True
     gateway = data.setdefault("gateway", {})
     if host is not None:
         gateway["host"] = host

@@ -73,8 +73,9 @@ class GatewayDeltas:
 
     @property
     def formats(self) -> tuple[str, ...]:
-        """The delta formats the gateway sends (advertised in the extension's settings)."""
-        return (delta.FORMAT,)
+        """The delta formats the gateway sends (advertised in the extension's settings): the tree digest's
+        (computed whole here: the gateway keeps no leaf hashes) and the whole-answer digest's."""
+        return delta.FORMATS
 
     def call_key(
         self,

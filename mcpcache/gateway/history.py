@@ -22,9 +22,10 @@ read and written back without a lock: two replicas recording new versions of one
 may each keep theirs (one index write wins), so a call can hold a version more than the bound until the
 byte bound's trimming reaches it; the byte bound always holds.
 
-A failing store is a miss, never a failed call: every operation has a deadline (`deadline_s`, plus
-`seconds_per_mb` for every MB it moves), an exception or a missed deadline reads as "not held" or "not
-kept", and a store that missed a deadline is not asked again for `cooldown_s`.
+A failing store is a miss, never a failed call: every operation goes through the store fence
+(`mcpcache.stores.fence`, as the tool cache's do), with a deadline (`deadline_s`, plus `seconds_per_mb` for
+every MB it moves); an exception or a missed deadline reads as "not held" or "not kept", a store that missed
+a deadline is not asked again for `cooldown_s`, and an outage is one line, however many calls it costs.
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 import anyio
 import anyio.to_thread
@@ -49,8 +50,9 @@ from mcpcache.etag import meta_without_block
 from mcpcache.protocol import META_KEY, opaque_tag
 from mcpcache.server.deltas import THREAD_FROM_BYTES
 from mcpcache.server.history import DEFAULT_HISTORY_BYTES, VERSIONS_PER_KEY
-from mcpcache.stores.base import DEFAULT_SECONDS_PER_MB, Item, Store, Usage, transfer_budget_s
-from mcpcache.stores.circuit import Circuit
+from mcpcache.stores.base import Store
+from mcpcache.stores.fence import FencedStore, FenceSettings
+from mcpcache.stores.items import DEFAULT_SECONDS_PER_MB, Item, Usage
 
 __all__ = [
     "DEFAULT_HISTORY_BYTES",
@@ -62,8 +64,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("mcpcache.gateway")
-
-T = TypeVar("T")
 
 HISTORY_GROUP: Final = "deltas"
 """The store group of the history's items (the tool cache's answers are in "tools")."""
@@ -139,47 +139,30 @@ class StoreHistory:
     seconds_per_mb: float = DEFAULT_SECONDS_PER_MB
     clock: Callable[[], float] = time.time
     counters: HistoryCounters = field(default_factory=HistoryCounters)
-    _circuit: Circuit = field(init=False, repr=False)
+    _fence: FencedStore = field(init=False, repr=False)
     _known: TTLCache[str, int] = field(init=False, repr=False)
     """Version keys recorded or found held lately, with their answer's size."""
     _pending: dict[str, anyio.Event] = field(default_factory=dict, init=False, repr=False)
     """Versions being recorded now, by key: a second caller waits for the first's record."""
-    _warned: set[str] = field(default_factory=set, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.max_bytes, bool) or not isinstance(self.max_bytes, int) or self.max_bytes <= 0:
             raise ValueError(f"the history's bound must be a positive int of bytes, got {self.max_bytes!r}")
         if self.versions_per_key < 1:
             raise ValueError(f"versions_per_key must be >= 1, got {self.versions_per_key}")
-        self._circuit = Circuit(self.cooldown_s)
+        self._fence = FencedStore(
+            self.store,
+            who="delta history store",
+            meanwhile="full answers instead of deltas",
+            logger=logger,
+            on_failure=self._count_failure,
+            settings=FenceSettings(self.deadline_s, self.cooldown_s, self.seconds_per_mb),
+            most_bytes=self.max_bytes,
+        )
         self._known = TTLCache(maxsize=KNOWN_VERSIONS, ttl=KNOWN_S)
 
-    # Guarded store operations -------------------------------------------------------------------------
-
-    async def _run(self, op: str, action: Callable[[], Awaitable[T]], default: T, *, moving: int = 0) -> T:
-        """`action()`, or `default` when the store fails, misses its deadline or recently missed one."""
-        if self._circuit.is_open:
-            return default
-        deadline = transfer_budget_s(self.deadline_s, self.seconds_per_mb, moving, self.max_bytes)
-        try:
-            with anyio.move_on_after(deadline) as scope:
-                done = await action()
-                self._warned.discard(op)
-                return done
-        except Exception:
-            self._failed(op, "failed", exc_info=True)
-            return default
-        if scope.cancelled_caught:
-            self._circuit.trip()
-            self._failed(op, f"did not answer within {deadline:g} s; not asked for {self.cooldown_s:g} s")
-        return default
-
-    def _failed(self, op: str, what: str, *, exc_info: bool = False) -> None:
+    def _count_failure(self) -> None:
         self.counters.failures += 1
-        # One warning per burst of failures of one operation, re-armed when it succeeds again.
-        if op not in self._warned:
-            self._warned.add(op)
-            logger.warning("delta history: store %s %s; full answers meanwhile", op, what, exc_info=exc_info)
 
     async def _peek(self, key: str) -> Item | bool | None:
         """The item without its body; None when not held; False when the store did not answer."""
@@ -188,7 +171,7 @@ class StoreHistory:
             (item,) = await self.store.peek_many([key])
             return item
 
-        return await self._run("read", action, False)
+        return await self._fence.run("read", action, False)
 
     # What the gateway asks --------------------------------------------------------------------------
 
@@ -217,11 +200,8 @@ class StoreHistory:
             return None
         size = _size(peeked)  # the answer's size on the wire: its stored body is no larger
 
-        async def action() -> Item | None:
-            return await self.store.load(key)
-
-        item = await self._run("load", action, None, moving=size or 0)
-        if item is None or item.tag != opaque:
+        item = await self._fence.load(key, moving=size or 0)
+        if not isinstance(item, Item) or item.tag != opaque:
             return None
         if len(item.body) >= THREAD_FROM_BYTES:
             result = await anyio.to_thread.run_sync(decode_result, item.body)
@@ -278,10 +258,7 @@ class StoreHistory:
             self.counters.refused += 1
             return None
 
-        async def save() -> bool:
-            return await self.store.save(key, item)
-
-        if not await self._run("save", save, False, moving=len(item.body)):
+        if not await self._fence.save(key, item):
             return None
         self.counters.recorded += 1
         await self._index(call, opaque)
@@ -309,24 +286,13 @@ class StoreHistory:
         dropped, kept = tags[: -self.versions_per_key], tags[-self.versions_per_key :]
         now = self.clock()
         item = Item(meta={"tags": kept}, body=b"", group=HISTORY_GROUP, created_at=now, stamp=now)
-
-        async def save() -> bool:
-            return await self.store.save(call.index_key, item)
-
-        await self._run("save", save, False)
+        await self._fence.save(call.index_key, item)
         for old in dropped:
-
-            async def remove(old: str = old) -> None:
-                await self.store.remove(call.version_key(old))
-
-            await self._run("remove", remove, None)
+            await self._fence.remove(call.version_key(old))
             self.counters.dropped += 1
 
     async def _trim(self) -> None:
-        async def trim() -> int:
-            return await self.store.trim_group(HISTORY_GROUP, self.max_bytes)
-
-        self.counters.trimmed += await self._run("trim", trim, 0)
+        self.counters.trimmed += await self._fence.trim_group(HISTORY_GROUP, self.max_bytes)
 
     async def usage(self) -> Usage:
         """The history's items and bytes in the store (all replicas' together)."""

@@ -38,9 +38,10 @@ from fastmcp.server.dependencies import FastMCPRequestContext, fastmcp_request_c
 from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from fastmcp.tools.base import RawStructuredToolResult, Tool, ToolResult
 
+from mcpcache.canonical import CanonicalizationError
 from mcpcache.client.cache import ToolCache
 from mcpcache.client.policy import DEFAULT_MAX_ANSWER_BYTES, reply_block
-from mcpcache.etag import CanonicalizationError, content_tag
+from mcpcache.etag import content_tag
 from mcpcache.gateway.decisions import (
     ANONYMOUS_PARTITION,
     AskAgainWithoutTag,

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 import anyio
 import anyio.to_thread
 
+from mcpcache.gateway.outages import cause_of
+
 if TYPE_CHECKING:
     from mcpcache.gateway.app import Upstream
 
@@ -30,19 +32,6 @@ logger = logging.getLogger("mcpcache.gateway")
 UPSTREAM_START_S = 120.0
 """How long an upstream has to connect and list its tools at start (a stdio server's first start in a
 fresh environment can take half a minute on a loaded machine)."""
-
-
-def _why(exc: BaseException) -> str:
-    """The innermost cause that says something, as `Type: message` (an exception group's first)."""
-    while True:
-        if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-            exc = exc.exceptions[0]
-        elif exc.__cause__ is not None:
-            exc = exc.__cause__
-        else:
-            break
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 async def _reach(upstream: Upstream) -> None:
@@ -87,7 +76,7 @@ async def reach_upstreams(
                 # The child wrote its error, then exited; the relay's thread may not have read it yet.
                 await anyio.to_thread.run_sync(relay.drain, 2.0)
                 said = relay.last_words()
-            why = f"closed the connection before answering: {said}" if said else f"did not answer: {_why(exc)}"
+            why = f"closed the connection before answering: {said}" if said else f"did not answer: {cause_of(exc)}"
             failed.append((upstream, why))
         else:
             if upstream.stderr is not None:

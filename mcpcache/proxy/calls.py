@@ -24,7 +24,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel
 
 from mcpcache.client.cache import ToolCache
-from mcpcache.client.policy import CacheMode
+from mcpcache.client.policy import NO_CACHE_BLOCK, CacheMode
 from mcpcache.client.wrappers import CachedCall
 from mcpcache.proxy.link import UpstreamLink
 from mcpcache.proxy.settings import PROGRESS_TOKEN, forwarded_meta, model_result, passes_whole
@@ -62,7 +62,7 @@ def progress_relay(ctx: Context) -> Progress | None:
 
 
 class UpstreamCall:
-    """`mcpcache.client.cache.Connection` over the proxy's upstream session, for one host request."""
+    """`mcpcache.client.contracts.Connection` over the proxy's upstream session, for one host request."""
 
     def __init__(self, link: UpstreamLink, progress: Progress | None, *, host_is_modern: bool) -> None:
         self._link = link
@@ -128,8 +128,19 @@ class UpstreamCaller:
         return CachedCall(result, outcome)
 
 
+_told_of_the_gateway = False
+
+
 def log_outcome(name: str, status: str, reason: str) -> None:
     logger.info("%s: %s (%s)", name, status, reason)
+    global _told_of_the_gateway
+    if NO_CACHE_BLOCK in reason and not _told_of_the_gateway:
+        _told_of_the_gateway = True  # once per process: the line is advice, the per-call lines are the record
+        logger.info(
+            "the upstream stamps none of its answers, so the proxy stores none of them; to cache a server that "
+            "cannot be changed, run `mcpcache gateway` in front of it (it stamps the tools you declare; "
+            "docs/gateway.md) and point the proxy at the gateway"
+        )
 
 
 class RelayedToolResult(ToolResult):

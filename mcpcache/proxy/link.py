@@ -11,6 +11,7 @@ Each connection is FastMCP's `ProxyClient`, which relays what the upstream asks 
 elicitation, roots) and what it tells it (logging, progress, list changes). `ToolCache.wrap` hooks its
 session, so the upstream's change notifications end the freshness of its cached answers.
 """
+
 from __future__ import annotations
 
 import logging

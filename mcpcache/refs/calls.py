@@ -12,7 +12,7 @@ from mcpcache.client.outcomes import CallOutcome
 from mcpcache.client.policy import CacheMode
 from mcpcache.client.wrappers import CachedCall
 from mcpcache.refs.references import References, Resolution
-from mcpcache.refs.view import ModelView
+from mcpcache.refs.view import OVERRIDDEN_FIELD, ModelView
 
 
 class RawCaller(Protocol):
@@ -65,5 +65,5 @@ async def call_for_model(
     view = await references.for_model(call.result, server=client.server_id, tool=name, arguments=model_arguments)
     envelope = view.envelope
     if resolution.overridden:
-        envelope = {**envelope, "_overridden": resolution.overridden}
+        envelope = {**envelope, OVERRIDDEN_FIELD: resolution.overridden}
     return ModelCall(envelope, view, resolution, call.outcome)

@@ -31,7 +31,7 @@ from typing import Any, Final
 from mcpcache.delta import diff
 from mcpcache.delta.equality import same
 from mcpcache.refs.uri import UriError, parse_pointer
-from mcpcache.refs.view import RESULT_FIELD, URI_FIELD
+from mcpcache.refs.view import RESULT_FIELD, shown_whole
 
 Change = dict[str, Any]
 Step = str | int
@@ -46,11 +46,6 @@ _NAME_STEP: Final = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(0|[1-9][0-9]*)\]|
 
 class ChangeError(ValueError):
     """Changes that do not apply to the value they are applied to."""
-
-
-def shown_whole(payload: Any) -> bool:
-    """Whether a view shows the payload under `result` (see `mcpcache.refs.view.envelope_of`)."""
-    return not (isinstance(payload, dict) and URI_FIELD not in payload and RESULT_FIELD not in payload)
 
 
 def name_of(steps: list[Step], wrapped: bool) -> str:

@@ -13,6 +13,11 @@ reported as "evicted" with its source, and the model can call the source again.
 Resolving is bounded before anything is read: the references of one call may name at most
 `max_resolved_bytes` of JSON (counted from the sizes recorded at minting), each payload is read and
 decoded once however often it is named, and every value placed in the call is its own copy.
+
+Every read and write of a view or a resolution goes through the store fence (`mcpcache.stores.fence`, as the
+tool cache's do): a deadline on each operation, a circuit after a missed one, and one line per outage. A
+failing store shows the model the whole result and refuses a resolution with the store's reason; it never
+fails the host's call and never stalls it past the deadline.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from mcpcache.refs import rereads
 from mcpcache.refs.shown import ShownMemory
 from mcpcache.refs.uri import CacheUri, PointerError, UriError, is_cache_uri, mint, parse, resolve_pointer
 from mcpcache.refs.view import (
+    MISSING_URIS_FIELD,
     ModelView,
     Payload,
     Unencodable,
@@ -42,7 +48,9 @@ from mcpcache.refs.view import (
     payload_of,
     shorten,
 )
-from mcpcache.stores.base import Item, Store
+from mcpcache.stores.base import Store
+from mcpcache.stores.fence import DEFAULT_FENCE, FencedStore, FenceSettings
+from mcpcache.stores.items import Item
 from mcpcache.stores.opening import default_store
 from mcpcache.tokens import OFF_LOOP_CHARS, TokenCount, count_tokens_async
 
@@ -177,6 +185,10 @@ class ResolutionError(Exception):
     pass
 
 
+class _StoreFailed(OSError):
+    """The store did not keep a payload: it failed or missed its deadline (the message says which)."""
+
+
 class PayloadTooLarge(ValueError):
     """The payload is bigger than the conversation's cap or the store's byte bound: storing it would
     mint a reference to nothing (the store drops an item larger than its bound without a word)."""
@@ -209,6 +221,8 @@ class References:
     shown: remember what the model was shown, so a re-read is shown as "unchanged" or as its changes
         (`mcpcache.refs.shown`; docs/references.md, "Re-reads"). Off (None) by default: with it, the host
         must call `shown.forget(...)` whenever the model's context loses a tool result it was shown.
+    fence: how long a store operation may take before the store counts as failing (1 s, plus 0.05 s per MB
+        it moves), and how long a store that missed that is left alone (5 s); see `FenceSettings`.
     """
 
     def __init__(
@@ -223,6 +237,7 @@ class References:
         max_resolved_bytes: int = DEFAULT_MAX_RESOLVED_BYTES,
         clock: Callable[[], float] = time.time,
         shown: ShownMemory | None = None,
+        fence: FenceSettings = DEFAULT_FENCE,
     ) -> None:
         if not isinstance(conversation_id, str):
             raise TypeError("conversation_id must be a string")
@@ -246,7 +261,16 @@ class References:
         self.max_resolved_bytes = max_resolved_bytes
         self.clock = clock
         self.shown = shown
+        self.fence = fence
         self._group = _conversation_group(conversation_id)
+        self._fenced = FencedStore(
+            self.store,
+            who="reference store",
+            meanwhile="results are shown whole and references are not resolved",
+            logger=logger,
+            settings=fence,
+            most_bytes=max(self._room() or 0, max_resolved_bytes),
+        )
 
     def for_conversation(self, conversation_id: str) -> References:
         """The same store and settings, for another conversation."""
@@ -260,6 +284,7 @@ class References:
             max_resolved_bytes=self.max_resolved_bytes,
             clock=self.clock,
             shown=self.shown,
+            fence=self.fence,
         )
 
     # -- minting ------------------------------------------------------------------------------------
@@ -267,7 +292,8 @@ class References:
     async def put(
         self, payload: Any, *, server: str, tool: str, arguments: Mapping[str, Any] | None
     ) -> StoredReference:
-        """Store `payload` whatever its size and return its reference; PayloadTooLarge if it cannot be held."""
+        """Store `payload` whatever its size and return its reference; PayloadTooLarge if it cannot be held,
+        OSError if the store failed or did not answer in time."""
         body, exact = encode_json(payload)
         return await self._store(body, exact, server=server, tool=tool, arguments=arguments)
 
@@ -298,13 +324,15 @@ class References:
         room = self._room()
         if room is not None and item.size > room:
             raise PayloadTooLarge(f"a payload of {item.size:,} bytes cannot be held (at most {room:,})")
-        await self.store.save(_payload_key(uri.token), item)
-        # The receipt's expiry is judged by the store's clock, so it is computed on that clock.
+        if not await self._fenced.save(_payload_key(uri.token), item):
+            raise _StoreFailed(f"the reference store {self._fenced.trouble or 'did not keep the payload'}")
+        # The receipt's expiry is judged by the store's clock, so it is computed on that clock. A receipt
+        # that is not kept costs only the "evicted" report of a reference whose payload later goes.
         receipt_expiry = self.store.now() + RECEIPT_TTL_S
         receipt = Item(meta=meta, body=b"", group=RECEIPTS_GROUP, created_at=now, expires_at=receipt_expiry)
-        await self.store.save(_receipt_key(uri.token), receipt)
+        await self._fenced.save(_receipt_key(uri.token), receipt)
         if self.max_conversation_bytes is not None:
-            await self.store.trim_group(self._group, self.max_conversation_bytes)
+            await self._fenced.trim_group(self._group, self.max_conversation_bytes)
         return StoredReference(uri, self.conversation_id, source, now, len(body), tokens)
 
     async def for_model(
@@ -357,7 +385,8 @@ class References:
             return ModelView(envelope_of(payload.value, None), None, len(body), tokens, [])
         try:
             stored = await self._store(body, exact, server=server, tool=tool, arguments=arguments)
-        except PayloadTooLarge as exc:
+        except (PayloadTooLarge, _StoreFailed) as exc:
+            # A failing store said so once, in its own line (the fence); this is each call's consequence.
             logger.info("tool %r: result not stored by reference (%s); the model gets it whole", cut(str(tool)), exc)
             return ModelView(envelope_of(payload.value, None), None, len(body), await count_tokens_async(body), [])
         except Exception:
@@ -378,12 +407,8 @@ class References:
     async def _held(self, token: str) -> Item | None:
         """This conversation's stored payload under `token` (a load counts as a use, so it is kept longer);
         None when it is gone, belongs to another conversation, or the store failed."""
-        try:
-            item = await self.store.load(_payload_key(token))
-        except Exception:
-            logger.warning("reference store failed while reading an earlier result", exc_info=True)
-            return None
-        if item is None or item.meta.get("conversation") != self.conversation_id:
+        item = await self._fenced.load(_payload_key(token))
+        if not isinstance(item, Item) or item.meta.get("conversation") != self.conversation_id:
             return None
         return item
 
@@ -456,11 +481,7 @@ class References:
 
     async def _meta_of(self, tokens: list[str]) -> list[dict[str, Any] | None]:
         """The receipts' metadata (small: no payload is read), None where there is none or the store failed."""
-        try:
-            items = await self.store.load_many([_receipt_key(token) for token in tokens])
-        except Exception:
-            logger.warning("reference store failed while reading receipts", exc_info=True)
-            return [None] * len(tokens)
+        items = await self._fenced.load_many([_receipt_key(token) for token in tokens])
         return [dict(item.meta) if item is not None else None for item in items]
 
     async def _fetch(self, uses: list[_Use], *, bound: int | None) -> tuple[list[tuple[int, Missing]], list[Any]]:
@@ -508,12 +529,11 @@ class References:
             # 3. The payloads still unread, in one round trip: what the receipts said fits the bound.
             unread = [token for token, entry in live.items() if entry.state == "ok" and entry.item is None]
             if unread:
-                try:
-                    items = await self.store.load_many([_payload_key(token) for token in unread])
-                except Exception as exc:
-                    logger.warning("reference store failed while resolving", exc_info=True)
+                moving = sum(live[token].size or 0 for token in unread)
+                items = await self._fenced.look([_payload_key(token) for token in unread], moving=moving)
+                if items is None:
                     for token in unread:
-                        live[token].fail(f"the reference store failed: {type(exc).__name__}")
+                        live[token].fail(self._store_trouble())
                 else:
                     for token, item in zip(unread, items, strict=True):
                         live[token].take(item, self.conversation_id)
@@ -577,13 +597,14 @@ class References:
         return [], values
 
     async def _read(self, token: str, entry: _Entry) -> None:
-        try:
-            item = await self.store.load(_payload_key(token))
-        except Exception as exc:
-            logger.warning("reference store failed while resolving", exc_info=True)
-            entry.fail(f"the reference store failed: {type(exc).__name__}")
+        item = await self._fenced.load(_payload_key(token))
+        if item is False:
+            entry.fail(self._store_trouble())
             return
         entry.take(item, self.conversation_id)
+
+    def _store_trouble(self) -> str:
+        return f"the reference store {self._fenced.trouble or 'failed'}"
 
     def _refusal(self, tool: str, problems: list[Missing]) -> Resolution:
         tool = cut(str(tool))
@@ -612,7 +633,7 @@ class References:
             hints.append(f"{cut(p.argument, _SHOWN_NAME_CHARS)}: {hint}")
         envelope = {
             "error": f"invalid_args: {tool} was not called; {summary}",
-            "_missing_uris": [p.to_json() for p in problems],
+            MISSING_URIS_FIELD: [p.to_json() for p in problems],
             "fix_hint": " ".join(hints),
         }
         return Resolution(None, envelope)

@@ -27,13 +27,21 @@ from mcpcache.protocol import MAX_ETAG_LENGTH, opaque_tag, parse_cache_block
 from mcpcache.refs.changes import Change, describe
 from mcpcache.refs.shown import Seen, ShownMemory, source_key
 from mcpcache.refs.uri import CacheUri
-from mcpcache.refs.view import URI_FIELD, ModelView, Payload, decode_json, encode_json, json_bytes, payload_of
-from mcpcache.stores.base import Item
+from mcpcache.refs.view import (
+    CHANGED_FIELD,
+    CHANGES_FIELD,
+    UNCHANGED_FIELD,
+    URI_FIELD,
+    ModelView,
+    Payload,
+    decode_json,
+    encode_json,
+    json_bytes,
+    payload_of,
+)
+from mcpcache.stores.items import Item
 from mcpcache.tokens import OFF_LOOP_CHARS, TokenCount
 
-UNCHANGED_FIELD = "_unchanged"
-CHANGED_FIELD = "_changed"
-CHANGES_FIELD = "_changes"
 MAX_TOOL_CHARS = 64
 """A tool's name is quoted in a view up to this many characters."""
 

@@ -24,6 +24,24 @@ from mcpcache.tokens import TokenCount, count_tokens
 URI_FIELD = "_cache_uri"
 ViewKind = Literal["full", "unchanged", "changed"]
 RESULT_FIELD = "result"
+UNCHANGED_FIELD = "_unchanged"
+CHANGED_FIELD = "_changed"
+CHANGES_FIELD = "_changes"
+MISSING_URIS_FIELD = "_missing_uris"
+OVERRIDDEN_FIELD = "_overridden"
+NOTE_FIELDS = (
+    URI_FIELD,
+    RESULT_FIELD,
+    UNCHANGED_FIELD,
+    CHANGED_FIELD,
+    CHANGES_FIELD,
+    MISSING_URIS_FIELD,
+    OVERRIDDEN_FIELD,
+)
+"""Every member name mcpcache's own words to the model use: the full view's (`result`, `_cache_uri`), the
+re-read notes' (`_unchanged`, `_changed` + `_changes`), the unresolved reference's (`_missing_uris`) and the
+overridden argument's (`_overridden`). An answer with any of them is shown under `result` (`shown_whole`),
+so that no server's answer ever has the shape of a note."""
 
 
 @dataclass(frozen=True)
@@ -121,12 +139,15 @@ def payload_of(result: Any) -> Payload:
     return Payload(dumped, is_error)
 
 
+def shown_whole(payload: Any) -> bool:
+    """Whether a view shows the payload under `result`: anything but an object, and an object with a member
+    named as one of mcpcache's (`NOTE_FIELDS`), which would otherwise pass for a note or for the view's own."""
+    return not isinstance(payload, dict) or any(name in payload for name in NOTE_FIELDS)
+
+
 def envelope_of(payload: Any, uri: CacheUri | None) -> dict[str, Any]:
     """The object a model is handed: the payload's members plus `_cache_uri`, or the payload under `result`."""
-    if isinstance(payload, dict) and URI_FIELD not in payload and RESULT_FIELD not in payload:
-        envelope = dict(payload)
-    else:
-        envelope = {RESULT_FIELD: payload}
+    envelope = {RESULT_FIELD: payload} if shown_whole(payload) else dict(payload)
     if uri is not None:
         envelope[URI_FIELD] = str(uri)
     return envelope

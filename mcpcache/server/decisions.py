@@ -412,6 +412,21 @@ def decide_delta(
 # Tags computed below the adapter ------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class RawPending:
+    """A return value the layer below left unconverted (its result is a placeholder) for the driver to send
+    as a delta from its change, or else to convert (`convert()`: the framework's result, as it would have
+    made it). `tag`: the value's tag in `domain`, `leaves` the hashes of its parts; `conversion`: the
+    framework's conversion in parts."""
+
+    tag: str
+    raw: Any
+    leaves: Any
+    domain: bytes
+    conversion: Any
+    convert: Callable[[], Any]
+
+
 @dataclass
 class BelowTagging:
     """Handed down to the tool when the answer's tag is to come from the answer.
@@ -444,6 +459,15 @@ class BelowTagging:
     keeps the text once instead of a second copy of the same data."""
     stub: StubCheck = NO_OUTPUT_SCHEMA
     """The tool's output schema, which a not-modified reply's stub must pass."""
+    raw_leaves: Any = None
+    """The hashes of the tool's return value's parts (`mcpcache.server.raw_deltas.RawLeaves`), computed
+    with its tag in `raw_domain`, when the layer below converted it into an answer whose text is its
+    structured content's JSON: the history keeps them for deltas computed from the next value's change."""
+    raw_domain: bytes | None = None
+    raw_deltas: bool = False
+    """Set by the driver when the request may take a delta: the layer below may then hand the return value
+    over unconverted (`raw_pending`) for a delta computed from its change (`mcpcache.server.raw_deltas`)."""
+    raw_pending: RawPending | None = None
 
     def decide(
         self, tag: str, structured_content: Any, *, is_error: bool = False, size: int | None = None
@@ -483,13 +507,24 @@ class BelowTagging:
             return
 
         def full() -> int:
-            data = orjson.dumps(value)
-            # The answer with `{}` for the dict: its bytes, less the placeholder, plus the JSON twice (as
-            # structured content, and escaped in the text block).
-            shell = Answer([TextContent(type="text", text="")], {}, False)
-            return full_answer_bytes(reply, shell, self.meta_key) - 2 + len(data) + text_json_bytes(data)
+            return _json_text_answer_bytes(reply, orjson.dumps(value), self.meta_key)
 
         self.saved = self.sizes.saved(tag, reply, full, self.meta_key)
+
+
+def _json_text_answer_bytes(reply: Reply, data: bytes, meta_key: str) -> int:
+    # The answer with `{}` for the dict: its bytes, less the placeholder, plus the JSON twice (as
+    # structured content, and escaped in the text block).
+    shell = Answer([TextContent(type="text", text="")], {}, False)
+    return full_answer_bytes(reply, shell, meta_key) - 2 + len(data) + text_json_bytes(data)
+
+
+def text_answer_bytes(reply: Reply, sizes: tuple[int, int], meta_key: str = META_KEY) -> int:
+    """The length of the answer that is one text block holding the compact JSON of its structured content
+    (and no `_meta` of its own), stamped with `reply`'s block, from that JSON's `sizes`: its UTF-8 length,
+    and its length written as a JSON string (`text_json_bytes`). Measured without building it."""
+    shell = Answer([TextContent(type="text", text="")], {}, False)
+    return full_answer_bytes(reply, shell, meta_key) - 2 + sizes[0] + sizes[1]
 
 
 class AnswerSizes:

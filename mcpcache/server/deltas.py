@@ -16,7 +16,8 @@ from typing import Any, Final
 import orjson
 
 from mcpcache import delta
-from mcpcache.etag import CanonicalizationError
+from mcpcache.canonical import CanonicalizationError
+from mcpcache.delta.tree import TREE_FORMAT, tree_digest
 from mcpcache.protocol import META_KEY, CacheBlock
 from mcpcache.server.decisions import DeltaChoice, TryDelta, decide_delta, stub_refusal
 from mcpcache.server.policies import CachePolicy
@@ -43,6 +44,7 @@ def delta_choice(
     digest: Callable[[], str],
     meta_key: str = META_KEY,
     stub: StubCheck = NO_OUTPUT_SCHEMA,
+    tree: Callable[[list[dict[str, Any]], dict[str, Any]], str] | None = None,
 ) -> DeltaChoice:
     """The reply for a caller that holds the answer sent under `plan.base`.
 
@@ -51,18 +53,24 @@ def delta_choice(
     `answer_size`: the new answer's size, what "half the answer" is measured against (None: it has no
     JSON form). `digest`: the new answer's `mcpcache.etag.answer_digest` (called only for ops small
     enough to send; a `CanonicalizationError` from it means the answer has no digest form). `stub`: the
-    tool's output schema; when it refuses the stub, nothing is diffed and the full answer goes.
+    tool's output schema; when it refuses the stub, nothing is diffed and the full answer goes. `tree`:
+    the new answer's tree digest from the ops and its document (for `plan.format` `json-patch+splice/2`),
+    for a caller that keeps the base's leaf hashes; without it the tree digest is computed whole.
     """
     ops: list[dict[str, Any]] | None = None
     ops_size = 0
     found: str | None = None
     refused = stub_refusal(tool, policy, structured_content, stub)
     if base is not None and answer_size is not None and refused is None:
-        ops = delta.diff(base, new_document(), max_bytes=answer_size // 2)
+        document = new_document()
+        ops = delta.diff(base, document, max_bytes=answer_size // 2)
         if ops is not None:
             ops_size = len(orjson.dumps(ops))
             try:
-                found = digest()
+                if plan.format == TREE_FORMAT:
+                    found = tree(ops, document) if tree is not None else tree_digest(document)
+                else:
+                    found = digest()
             except CanonicalizationError:
                 found = None
     return decide_delta(

@@ -105,6 +105,43 @@ wrapped as `{"result": ...}` ("wrapped"), as a framework that writes the text fr
 guarantees (FastMCP's conversion of a returned dict); None: not known to be."""
 
 
+@dataclass(slots=True)
+class Derived:
+    """What a version's delta work found once and keeps for the next delta against it (each computed when
+    first needed and then only read, so two calls racing to fill one are harmless), counted in the
+    history's bytes once set (`AnswerHistory.recount`):
+
+    - `leaves`: the tree digest's leaf hashes (`mcpcache.delta.tree`), so a delta from this version
+      rehashes only the leaves its ops touch;
+    - `layout`, `text_sizes`: where each part's JSON lies in the text, and the text's sizes;
+    - `raw`, `raw_domain`: the hashes of the parts of the tool's return value this version was converted
+      from (`mcpcache.server.raw_deltas.RawLeaves`), and the tag domain they were computed in.
+
+    The last three serve deltas computed from the return value's change (`mcpcache.server.raw_deltas`).
+    """
+
+    leaves: Any = None
+    layout: Any = None
+    text_sizes: tuple[int, int] | None = None
+    raw: Any = None
+    raw_domain: bytes | None = None
+
+    def cost(self) -> int:
+        """About the bytes these hold: a hash (a bytes object and its place) 80, an integer 36."""
+        total = 0
+        leaves = self.leaves
+        if leaves is not None:
+            total += 80 * (len(leaves.blocks) + 1)
+            for member in (leaves.members or {}).values():
+                total += 80 * (len(member) if isinstance(member, tuple) else 1)
+        layout = self.layout
+        if layout is not None:
+            total += 72 * len(layout.heads)  # a head and a value, each an int and its place
+            total += sum(sys.getsizeof(value) for value in layout.values if not isinstance(value, int))
+        total += sum(sys.getsizeof(member) + 100 for member in (self.raw or {}).values())  # and its place
+        return total
+
+
 @dataclass(frozen=True, slots=True)
 class Version:
     """One answer as it was sent, in a form nothing outside can change (see the module docstring)."""
@@ -119,6 +156,7 @@ class Version:
     code points, before escaping): what "half the answer" is measured against."""
     structured_in_text: StructuredInText = None
     """Set: the structured content is not held apart (`structured` is None) but read from the text."""
+    derived: Derived = field(default_factory=Derived, compare=False, repr=False)
 
     def document(self) -> dict[str, Any]:
         """The answer's document (`mcpcache.delta.answer_document`), built anew: the caller may keep it.
@@ -301,6 +339,42 @@ class AnswerHistory:
                 self._drop(next(iter(self._lru)))
                 self.stats.evicted += 1
             return True
+
+    def attach_raw(self, key: HistoryKey, tag: str, leaves: Any, domain: bytes) -> None:
+        """Keep `leaves`, the hashes of the parts of the return value the version under `tag` was converted
+        from (computed in `domain`), beside it: a delta from it may then be computed from the change."""
+        opaque = opaque_tag(tag)
+        if opaque is None:
+            return
+        with self._lock:
+            held = self._lru.get((key, opaque))
+            if held is None or held[0].derived.raw is not None:
+                return
+            derived = held[0].derived
+            derived.raw, derived.raw_domain = leaves, domain
+        self.recount(key, tag)
+
+    def recount(self, key: HistoryKey, tag: str) -> None:
+        """Count again what the version under `tag` holds, now that its delta work kept more beside it
+        (`Derived`); the bound is then kept as on recording."""
+        opaque = opaque_tag(tag)
+        if opaque is None:
+            return
+        slot = (key, opaque)
+        with self._lock:
+            held = self._lru.get(slot)
+            if held is None:
+                return
+            version, cost = held
+            now = version.size + version.derived.cost() + sys.getsizeof(key.arguments)
+            now += sys.getsizeof(key.tool) + sys.getsizeof(opaque)
+            if now == cost:
+                return
+            self._lru[slot] = (version, now)
+            self.stats.bytes += now - cost
+            while self.stats.bytes > self.max_bytes and len(self._lru) > 1:
+                self._drop(next(iter(self._lru)))
+                self.stats.evicted += 1
 
     def _drop(self, slot: tuple[HistoryKey, str]) -> None:
         key, opaque = slot

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Generic, Protocol, TypeVar, assert_never
 
@@ -25,8 +25,9 @@ import anyio.to_thread
 import orjson
 
 from mcpcache import delta
-from mcpcache.canonical import canonical_json
-from mcpcache.etag import CanonicalizationError, answer_digest, content_tag, validator_tag
+from mcpcache.canonical import CanonicalizationError, canonical_json
+from mcpcache.delta.tree import leaves_of, root_of, updated
+from mcpcache.etag import answer_digest, content_tag, validator_tag
 from mcpcache.protocol import (
     META_KEY,
     NO_CONDITIONS,
@@ -44,6 +45,7 @@ from mcpcache.server.decisions import (
     BelowTagging,
     DeltaChoice,
     NotAnAnswer,
+    RawPending,
     RunBody,
     SendAsIs,
     SendDelta,
@@ -53,16 +55,18 @@ from mcpcache.server.decisions import (
     TryDelta,
     decide_after_body,
     decide_before_body,
+    decide_block,
+    decide_delta,
     full_answer_bytes,
     history_partition,
     needs_content_tag,
     plan_delta,
     stub_refusal,
+    text_answer_bytes,
     validator_matches,
 )
 from mcpcache.server.deltas import THREAD_FROM_BYTES, delta_choice
 from mcpcache.server.history import (
-    ANONYMOUS,
     DEFAULT_HISTORY_BYTES,
     AnswerHistory,
     HistoryKey,
@@ -72,6 +76,7 @@ from mcpcache.server.history import (
     version_of,
 )
 from mcpcache.server.policies import CachePolicy, ToolPolicies
+from mcpcache.server.raw_deltas import raw_delta
 from mcpcache.server.stubs import NO_OUTPUT_SCHEMA, StubCheck
 from mcpcache.server.telemetry import Outcome as Reported
 from mcpcache.server.telemetry import ServerTelemetry
@@ -250,47 +255,6 @@ class ToolCall(Protocol[R_co]):
         (`StubCheck.unknown` when the adapter cannot see it). Asked only of a call that carries a tag."""
 
 
-_CALLBACKS_HINT = "pass Revalidator.call a stub_check callback"
-
-
-@dataclass(frozen=True)
-class _Callbacks(Generic[R]):
-    """A `ToolCall` made of callbacks (`Revalidator.call`)."""
-
-    tool: str
-    arguments: Mapping[str, Any] | None
-    request_meta: object
-    policy: CachePolicy | None
-    memo_inside: bool
-    memo_outside: bool
-    body: Callable[[], Awaitable[R]]
-    reader: Callable[[R], Answer | NotAnAnswer | None]
-    structured_output: Callable[[], Awaitable[bool | None]] | None
-    body_tagged: Callable[[BelowTagging], Awaitable[R]] | None
-    partition: Partition = ANONYMOUS
-    stub: Callable[[], Awaitable[StubCheck]] | None = None
-
-    @property
-    def tags_below(self) -> bool:
-        return self.body_tagged is not None
-
-    async def run_body(self) -> R:
-        return await self.body()
-
-    async def run_body_tagged(self, tagging: BelowTagging) -> R:
-        assert self.body_tagged is not None
-        return await self.body_tagged(tagging)
-
-    def read_answer(self, result: R) -> Answer | NotAnAnswer | None:
-        return self.reader(result)
-
-    async def has_structured_output(self) -> bool | None:
-        return await self.structured_output() if self.structured_output is not None else None
-
-    async def stub_check(self) -> StubCheck:
-        return await self.stub() if self.stub is not None else StubCheck.unknown(_CALLBACKS_HINT)
-
-
 @dataclass(frozen=True)
 class _Facts:
     """What the driver knows about an answer beyond the answer itself, for recording it in the history."""
@@ -301,6 +265,8 @@ class _Facts:
     version of the source, and says nothing of the kind."""
     structured_in_text: StructuredInText = None
     """What the layer below knows of the text block (`BelowTagging.structured_in_text`)."""
+    below: BelowTagging | None = None
+    """The layer below's tagging, which may hand over the tool's return value for the history."""
 
 
 # The driver ---------------------------------------------------------------------------------------
@@ -328,7 +294,7 @@ class Revalidator:
         self.sizes = AnswerSizes()
         """The sizes of the answers not sent, by tag and block (for `bytes_saved`)."""
         self.history = AnswerHistory(delta_history_bytes) if delta_history_bytes > 0 else None
-        self.delta_formats: tuple[str, ...] = (delta.FORMAT,) if self.history is not None else ()
+        self.delta_formats: tuple[str, ...] = delta.FORMATS if self.history is not None else ()
         """The delta formats this server sends (advertised in the extension's settings)."""
         # Tools that answered with structured content in this process, for adapters that cannot see the
         # tool's output schema before the body runs.
@@ -421,31 +387,6 @@ class Revalidator:
         logger.debug("tool %r: %s: %s", tool, kind, outcome.reason)
         return outcome
 
-    async def call(
-        self,
-        *,
-        tool: str,
-        arguments: Mapping[str, Any] | None,
-        request_meta: object,
-        run_body: Callable[[], Awaitable[R]],
-        read_answer: Callable[[R], Answer | NotAnAnswer | None],
-        has_structured_output: Callable[[], Awaitable[bool | None]] | None = None,
-        memo_inside: bool = False,
-        memo_outside: bool = False,
-        run_body_tagged: Callable[[BelowTagging], Awaitable[R]] | None = None,
-        policy: CachePolicy | None = None,
-        partition: Partition = ANONYMOUS,
-        stub_check: Callable[[], Awaitable[StubCheck]] | None = None,
-    ) -> Outcome[R]:
-        """`run` for a call given as callbacks (the form of earlier versions); see `ToolCall` for each.
-        Without `stub_check` the tool's output schema is not known, and stubs go unchecked."""
-        return await self.run(
-            _Callbacks(
-                tool, arguments, request_meta, policy, memo_inside, memo_outside,
-                run_body, read_answer, has_structured_output, run_body_tagged, partition, stub_check,
-            )
-        )  # fmt: skip
-
     async def run(self, call: ToolCall[R]) -> Outcome[R]:
         """Answer one call of a tool: skip its body on a validator match, else run it, tag the answer and
         stamp it or answer not-modified. See `ToolCall` for what the adapter provides.
@@ -495,7 +436,19 @@ class Revalidator:
         try:
             if call.tags_below and policy.etag and pre_tag is None:
                 below = BelowTagging(tool, policy, requested, self.meta_key, sizes=self.sizes, stub=stub)
+                below.raw_deltas = bool(conditions.accept_delta) and self.history is not None
                 result = await call.run_body_tagged(below)
+                pending = below.raw_pending
+                if pending is not None:
+                    # Sent as the change when it can be, or else converted now: beside the loop when large.
+                    below.raw_pending = None
+                    large = (below.size or 0) >= THREAD_FROM_BYTES
+                    work = functools.partial(self._raw_delta, call, policy, args, conditions, stub, below, pending)
+                    made = await anyio.to_thread.run_sync(work) if large else work()
+                    if made is not None:
+                        self._unchecked(tool, stub, made.reply)
+                        return self._record(tool, made)
+                    result = await anyio.to_thread.run_sync(pending.convert) if large else pending.convert()
             else:
                 result = await call.run_body()
         except Exception:
@@ -528,7 +481,7 @@ class Revalidator:
         if needs_content_tag(policy, pre_tag, answer):
             if below is not None and below.tag is not None:
                 tag = below.tag
-                facts = _Facts(from_answer=True, structured_in_text=below.structured_in_text)
+                facts = _Facts(from_answer=True, structured_in_text=below.structured_in_text, below=below)
             else:
                 tag = self._answer_tag(tool, answer)
         after = decide_after_body(tool, policy, requested, tag, answer, meta_key=self.meta_key, stub=stub)
@@ -628,6 +581,9 @@ class Revalidator:
                 )
                 if version is not None:
                     self.history.record(key, tag, version)
+            below = facts.below
+            if below is not None and below.raw_leaves is not None and below.raw_domain is not None:
+                self.history.attach_raw(key, tag, below.raw_leaves, below.raw_domain)
         match plan:
             case SendFull(reason=why):
                 if not conditions.accept_delta:
@@ -642,6 +598,9 @@ class Revalidator:
                 choice = await anyio.to_thread.run_sync(work) if large else work()
             case _:
                 assert_never(plan)
+        if self.history is not None and base is not None and key is not None and tag is not None:
+            self.history.recount(key, plan.base)  # leaf hashes kept beside them by the tree digest
+            self.history.recount(key, tag)
         match choice:
             case SendDelta(reply=reply, size=size, reason=why):
                 return DeltaSent(reply, why, size=size, saved=self._saved(tag, reply, answer))
@@ -669,6 +628,19 @@ class Revalidator:
             except orjson.JSONDecodeError:  # a framework broke its promise that a text block was JSON
                 logger.warning("tool %r: a version in the history could not be read back; full answer", tool)
         content, structured, meta = answer.content, answer.structured_content, answer.meta
+
+        def tree(ops: list[dict[str, Any]], document: dict[str, Any]) -> str:
+            # The base's leaf hashes, kept beside it once computed: the new answer's rehash only what changed.
+            assert base is not None
+            assert base_document is not None
+            base_leaves = base.derived.leaves
+            if base_leaves is None:
+                base_leaves = base.derived.leaves = leaves_of(base_document)
+            leaves = updated(base_leaves, ops, document)
+            if version is not None:
+                version.derived.leaves = leaves
+            return root_of(leaves)
+
         return delta_choice(
             tool,
             policy,
@@ -681,4 +653,62 @@ class Revalidator:
             digest=lambda: answer_digest(content, structured, meta, meta_key=self.meta_key),
             meta_key=self.meta_key,
             stub=stub,
+            tree=tree,
         )
+
+    def _raw_delta(
+        self,
+        call: ToolCall[Any],
+        policy: CachePolicy,
+        args: Mapping[str, Any],
+        conditions: Conditions,
+        stub: StubCheck,
+        below: BelowTagging,
+        pending: RawPending,
+    ) -> DeltaSent | None:
+        """For a return value the layer below left unconverted (`pending`): the delta from the base the
+        request names to the answer the framework would make of it, computed from the change alone
+        (`mcpcache.server.raw_deltas`), recorded as any delta. None: the caller converts the value, and
+        the usual path decides."""
+        tag, raw, domain = pending.tag, pending.raw, pending.domain
+        history = self.history
+        key = self._history_key(call, policy, args)
+        if history is None or key is None:
+            return None
+        refused = stub_refusal(call.tool, policy, raw if type(raw) is dict else None, stub)
+        plan = plan_delta(policy, conditions, tag, offered=self.delta_formats, kept=True, refused=refused)
+        if not isinstance(plan, TryDelta):
+            return None
+        base = history.get(key, plan.base)
+        if base is None or base.derived.raw is None or base.derived.raw_domain != domain:
+            return None
+        made = raw_delta(
+            base, raw, pending.leaves, pending.conversion, format=plan.format, max_bytes=base.json_size // 2
+        )
+        if made is None:
+            return None
+        block = decide_block(policy, tag)
+        choice = decide_delta(
+            call.tool,
+            policy,
+            block,
+            plan,
+            raw if type(raw) is dict else None,
+            base_held=True,
+            answer_size=made.version.json_size,
+            ops=made.ops if made.ops_size <= made.version.json_size // 2 else None,
+            ops_size=made.ops_size,
+            digest=made.digest,
+            meta_key=self.meta_key,
+            stub=stub,
+        )
+        if not isinstance(choice, SendDelta):
+            return None
+        history.recount(key, plan.base)  # the base's layout and leaves, if this delta made them
+        if history.get(key, tag) is None:
+            history.record(key, tag, made.version)
+            history.attach_raw(key, tag, pending.leaves, domain)
+        saved = self.sizes.saved(
+            tag, choice.reply, lambda: text_answer_bytes(choice.reply, made.text_sizes, self.meta_key), self.meta_key
+        )
+        return DeltaSent(choice.reply, f"{choice.reason}; computed from the return value's change", choice.size, saved)

@@ -2,7 +2,9 @@
 
 from typing import TYPE_CHECKING, Any
 
-from mcpcache.stores.base import Item, Listed, Match, Page, Store, StoreLimits, Usage
+from mcpcache.stores.base import Store
+from mcpcache.stores.fence import FenceSettings
+from mcpcache.stores.items import Item, Listed, Match, Page, StoreLimits, Usage
 from mcpcache.stores.memory import MemoryStore
 from mcpcache.stores.sqlite import SQLiteBusyError, SQLiteStore
 
@@ -10,6 +12,7 @@ if TYPE_CHECKING:
     from mcpcache.stores.redis import RedisStore
 
 __all__ = [
+    "FenceSettings",
     "Item",
     "Listed",
     "Match",

@@ -69,7 +69,7 @@ Contract, checked by tests/stores/test_contract.py against every store:
 Every store also satisfies the MCP SDK's `ResponseCacheStore` protocol (get/set/delete/clear on
 `CacheKey`/`CacheEntry`) through `SDKResponseCacheMixin` (`mcpcache.stores.sdk`), so one SQLite file or
 Redis server can also hold `mcp.Client`'s own list and `resources/read` cache. What a store holds (`Item`
-and the rest) is defined in `mcpcache.stores.items` and importable from here.
+and the rest) is defined in `mcpcache.stores.items`.
 """
 
 from __future__ import annotations
@@ -82,44 +82,15 @@ from typing import Any
 
 from mcpcache.stores.items import (
     DEFAULT_PAGE_SIZE,
-    DEFAULT_SECONDS_PER_MB,
     Item,
     Listed,
     Match,
     Page,
-    StoreLimits,
     Usage,
-    body_checksum,
-    check_stamp,
-    cursor_position,
-    decode_meta,
-    encode_meta,
-    position_cursor,
-    transfer_budget_s,
 )
-from mcpcache.stores.sdk import SDK_GROUP, SDKResponseCacheMixin, sdk_store_key
+from mcpcache.stores.sdk import SDKResponseCacheMixin
 
-__all__ = [
-    "DEFAULT_PAGE_SIZE",
-    "DEFAULT_SECONDS_PER_MB",
-    "SDK_GROUP",
-    "Item",
-    "Listed",
-    "Match",
-    "Page",
-    "SDKResponseCacheMixin",
-    "Store",
-    "StoreLimits",
-    "Usage",
-    "body_checksum",
-    "check_stamp",
-    "cursor_position",
-    "decode_meta",
-    "encode_meta",
-    "position_cursor",
-    "sdk_store_key",
-    "transfer_budget_s",
-]
+__all__ = ["Store"]
 
 
 class Store(SDKResponseCacheMixin, ABC):
@@ -144,7 +115,7 @@ class Store(SDKResponseCacheMixin, ABC):
         """What `peek_many` would return, answered without awaiting by a store that can answer so without ever
         blocking (one held in this process's memory); None from any other store (the default), which is then
         asked through `peek_many`. It lets a caller skip the deadline it puts around every store operation
-        (`mcpcache.client.fence`) where no deadline can be missed."""
+        (`mcpcache.stores.fence`) where no deadline can be missed."""
         return None
 
     def lost_before(self, keys: Sequence[str]) -> float | None:

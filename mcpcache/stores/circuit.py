@@ -1,8 +1,9 @@
 """A circuit for a store that stops answering: after a timeout it is not asked again for a while.
 
 A frozen server (or a lock held elsewhere) then costs one deadline, not one per call. One implementation
-for the two places that keep one: the tool cache's fence around any store (`mcpcache.client.fence`), and
-`RedisStore` for callers that use it directly (references, the MCP SDK's own response cache).
+for the two places that keep one: the store fence around any store (`mcpcache.stores.fence`: the tool cache,
+the gateway's delta history, references), and `RedisStore` for callers that use it directly (the MCP SDK's
+own response cache).
 """
 
 from __future__ import annotations

@@ -30,13 +30,13 @@ from typing import Any
 
 from cachetools import Cache, LRUCache
 
-from mcpcache.stores.base import (
+from mcpcache.stores.base import Store
+from mcpcache.stores.items import (
     DEFAULT_PAGE_SIZE,
     Item,
     Listed,
     Match,
     Page,
-    Store,
     StoreLimits,
     Usage,
     body_checksum,

@@ -82,18 +82,17 @@ def default_path(filename: str) -> Path:
 def default_store(filename: str) -> Store:
     """The embedded default: a SQLite file of that name in `cache_dir()`, so what is kept survives a restart.
 
-    A cache folder that cannot be used costs the cache, never the caller: one warning, and a store that keeps
-    nothing (every item is larger than its one-byte bound), so every call is a miss and nothing warns again."""
+    A cache folder that cannot be used costs the cache, never the caller: a store that fails every operation
+    with the reason (`UnusableStore`), which the store fence of its user turns into misses, counted, and one
+    line naming the folder and why."""
     from mcpcache.stores.sqlite import SQLiteStore
 
     try:
         return SQLiteStore(default_path(filename))
     except CacheFolderError as exc:
-        logger.warning("mcpcache: %s; nothing will be cached (set MCPCACHE_DIR to a folder you can write)", exc)
-        from mcpcache.stores.items import StoreLimits
-        from mcpcache.stores.memory import MemoryStore
+        from mcpcache.stores.unusable import UnusableStore
 
-        return MemoryStore(StoreLimits(max_bytes=1))
+        return UnusableStore(CacheFolderError(f"{exc} (set MCPCACHE_DIR to a folder you can write)"))
 
 
 def open_store(

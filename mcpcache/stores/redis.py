@@ -103,14 +103,15 @@ with needs("redis", "the Redis store"):
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
 
-from mcpcache.stores.base import (
+from mcpcache.stores.base import Store
+from mcpcache.stores.circuit import Circuit
+from mcpcache.stores.items import (
     DEFAULT_PAGE_SIZE,
     DEFAULT_SECONDS_PER_MB,
     Item,
     Listed,
     Match,
     Page,
-    Store,
     StoreLimits,
     Usage,
     body_checksum,
@@ -118,7 +119,6 @@ from mcpcache.stores.base import (
     encode_meta,
     transfer_budget_s,
 )
-from mcpcache.stores.circuit import Circuit
 from mcpcache.stores.redis_records import (
     decode_fields,
     expiry,
@@ -212,10 +212,10 @@ class RedisStore(Store):
     - A command is retried once, at once, only when its connection failed (a connection the server
       closed, for instance after a restart); a timeout is never retried, since a retry would double a stall.
     - After a timeout the store raises `RedisUnavailable` at once, without asking Redis, for `cooldown_s`
-      (default 5 s, as the tool cache's own circuit), then asks again: a frozen server costs the tool
-      cache and `References` (which call the store without a fence) one timeout per cool-down, not one
-      per call. This circuit also guards a caller's client, whose own timeouts decide when it trips. On a
-      cluster each shard has its own circuit: a primary that froze costs only the shards it serves.
+      (default 5 s, as the store fence's own circuit), then asks again: a frozen server costs a caller
+      without a fence (the MCP SDK's response cache) one timeout per cool-down, not one per call. This
+      circuit also guards a caller's client, whose own timeouts decide when it trips. On a cluster each
+      shard has its own circuit: a primary that froze costs only the shards it serves.
 
     Every key the store writes may be evicted by Redis's `maxmemory` policy without breaking it (see the
     module docstring). With a `volatile-*` policy Redis evicts only keys with an expiry, so items saved
@@ -594,7 +594,8 @@ class RedisStore(Store):
     def _trip(self, circuits: Iterable[Circuit], waited_s: float) -> None:
         for circuit in circuits:
             circuit.trip()
-        logger.warning(
+        # INFO: the operation raises, and whoever called it says so (a store fence: one line per outage).
+        logger.info(
             "Redis namespace %r: no answer within %g s; failing fast for %g s",
             self.namespace,
             waited_s,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from mcpcache.stores.base import Item, Match, body_checksum, decode_meta
+from mcpcache.stores.items import Item, Match, body_checksum, decode_meta
 
 
 def expiry(expires_at: float | None) -> tuple[str, str]:

@@ -65,25 +65,23 @@ from typing import Any, TypeVar
 
 import anyio.to_thread
 
-from mcpcache.stores.base import (
+from mcpcache.stores import sqlite_listing as listing
+from mcpcache.stores.base import Store
+from mcpcache.stores.items import (
     DEFAULT_PAGE_SIZE,
     Item,
-    Listed,
     Match,
     Page,
-    Store,
     StoreLimits,
     Usage,
     body_checksum,
     check_stamp,
     cursor_position,
     encode_meta,
-    position_cursor,
 )
 from mcpcache.stores.sqlite_file import (
     HEAD_ITEM,
     PEEK_ITEM,
-    ROW,
     SCHEMA_VERSION,
     SELECT_ITEM,
     NewerSchema,
@@ -292,16 +290,18 @@ class SQLiteStore(Store):
     async def list_page(self, match: Match, cursor: str | None = None, limit: int = DEFAULT_PAGE_SIZE) -> Page:
         # One indexed range per page (`LISTING_INDEX`), on a read connection: never a body, never a use.
         after = cursor_position(cursor)
-        return await self._run(self._read, self._list_page, match, after, limit)
+        return await self._run(self._read, listing.list_page, self.namespace, self._clock(), match, after, limit)
 
     async def count(self, match: Match) -> Usage:
-        return await self._run(self._read, self._count, match)
+        return await self._run(self._read, listing.count, self.namespace, self._clock(), match)
 
     async def remove_matching(self, match: Match) -> int:
         # In batches, each its own write transaction: a large removal never holds the write lock for long.
         removed = 0
         while True:
-            batch: int = await self._run(self._write_op, 0, self._remove_matching, match, _REMOVAL_BATCH)
+            batch: int = await self._run(
+                self._write_op, 0, listing.remove_matching, self.namespace, self._clock(), match, _REMOVAL_BATCH
+            )
             removed += batch
             if batch < _REMOVAL_BATCH:
                 return removed
@@ -770,61 +770,6 @@ class SQLiteStore(Store):
         # fetchall, never fetchone: a statement left open keeps its read transaction, which pins the log.
         items, held = (0, 0) if not total else (int(total[0][0]), int(total[0][1]))
         return Usage(items=items - int(expired[0]), bytes=held - int(expired[1]))
-
-    def _matching(self, match: Match) -> tuple[str, list[object]]:
-        """The WHERE clause (over `items AS i`) of the live items `match` covers, and its parameters."""
-        where = "i.ns = ? AND i.grp = ? AND (i.expires_at IS NULL OR i.expires_at > ?)"
-        params: list[object] = [self.namespace, match.group, self._clock()]
-        if match.server is not None:
-            where += " AND i.server = ?"
-            params.append(match.server)
-        if match.tool is not None:
-            where += " AND i.tool = ?"
-            params.append(match.tool)
-        return where, params
-
-    def _list_page(
-        self, conn: sqlite3.Connection, match: Match, after: tuple[str, str, str] | None, limit: int
-    ) -> Page:
-        where, params = self._matching(match)
-        if after is not None:
-            # Compared on the columns the match leaves open, so that the index seeks to the position.
-            columns, values = ["i.server", "i.tool", "i.key"], list(after)
-            if match.server is not None:
-                del columns[0], values[0]
-                if match.tool is not None:
-                    del columns[0], values[0]
-            elif match.tool is not None:
-                del columns[1], values[1]
-            where += f" AND ({', '.join(columns)}) > ({', '.join('?' * len(columns))})"
-            params.extend(values)
-        # One more row than asked for says whether another page follows. fetchall: a statement left open
-        # keeps its read transaction, which pins the log.
-        rows = conn.execute(
-            f"SELECT {ROW}, X'', i.key, i.size FROM items AS i WHERE {where} ORDER BY i.server, i.tool, i.key LIMIT ?",
-            (*params, limit + 1),
-        ).fetchall()
-        entries: list[Listed] = []
-        for row in rows[:limit]:
-            item, _ = decode_row(row[:-2], verify=False)
-            if item is not None:  # a corrupt record is skipped; the next load deletes it
-                entries.append(Listed(str(row[-2]), item, int(row[-1])))
-        if len(rows) <= limit:
-            return Page(tuple(entries), None)
-        last = rows[limit - 1]
-        return Page(tuple(entries), position_cursor(str(last[8]), str(last[9]), str(last[-2])))
-
-    def _count(self, conn: sqlite3.Connection, match: Match) -> Usage:
-        where, params = self._matching(match)
-        rows = conn.execute(f"SELECT count(*), COALESCE(SUM(i.size), 0) FROM items AS i WHERE {where}", params)
-        items, held = rows.fetchall()[0]
-        return Usage(items=int(items), bytes=int(held))
-
-    def _remove_matching(self, conn: sqlite3.Connection, match: Match, batch: int) -> int:
-        # Inside `_write`'s transaction, after expired rows were deleted.
-        where, params = self._matching(match)
-        sql = f"DELETE FROM items WHERE id IN (SELECT i.id FROM items AS i WHERE {where} LIMIT ?)"
-        return conn.execute(sql, (*params, batch)).rowcount
 
     def _remove_all(self, conn: sqlite3.Connection) -> None:
         conn.execute("DELETE FROM items WHERE ns = ?", (self.namespace,))

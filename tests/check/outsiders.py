@@ -19,8 +19,8 @@ import mcp_types as mt
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 
-from mcpcache.etag import content_tag, weak_equal
-from mcpcache.protocol import META_KEY
+from mcpcache.etag import content_tag
+from mcpcache.protocol import META_KEY, weak_equal
 
 Kind = Literal["keyed", "plain"]
 READ_ONLY = mt.ToolAnnotations(read_only_hint=True)

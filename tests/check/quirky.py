@@ -22,8 +22,8 @@ import mcp_types as mt
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 
-from mcpcache.etag import answer_digest, content_tag, format_tag, parse_etag, weak_equal
-from mcpcache.protocol import META_KEY
+from mcpcache.etag import answer_digest, content_tag
+from mcpcache.protocol import META_KEY, format_tag, parse_etag, weak_equal
 
 REV_KEY = "example.com/rev"
 READ_ARGS = {"key": "k"}

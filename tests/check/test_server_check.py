@@ -224,7 +224,7 @@ async def test_the_gateway_with_a_store_sends_deltas_that_pass(tmp_path: Any) ->
     assert (read["delta"], read["delta-asked"], read["delta-base"]) == ("pass", "pass", "pass"), verdicts(
         report, "read_notebook"
     )
-    assert "rebuilds the full answer; the digest matches" in verdicts(report, "read_notebook")["delta"].detail
+    assert "rebuilds the full answer; the tree digest matches" in verdicts(report, "read_notebook")["delta"].detail
 
 
 # -- servers that break one rule each --------------------------------------------------------------

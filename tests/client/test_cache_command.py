@@ -7,6 +7,7 @@ user would, to see the command as it is installed.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -155,6 +156,25 @@ def test_ls_filters_and_limits(cache_dir: Path) -> None:
     assert (code, rows) == (0, [SERVER, "team-notebooks"])
     code, out = cache_command("ls", "--server", "team-notebooks")
     assert "3 cached answers (" in out
+
+
+def test_ls_json_is_every_field_for_a_program(cache_dir: Path) -> None:
+    code, out = cache_command("ls", "--json")  # nothing cached yet: still a document, never prose
+    assert code == 0, out
+    assert json.loads(out) == {"store": str(cache_dir / "tools.db"), "answers": 0, "bytes": 0, "entries": []}
+    fill()
+    code, out = cache_command("ls", "--json", "--tool", "read_notebook", "--limit", "1")
+    assert code == 0, out
+    listed = json.loads(out)  # the whole output is one JSON document: no table, no legend
+    assert (listed["store"], listed["answers"], len(listed["entries"])) == (str(cache_dir / "tools.db"), 2, 1)
+    [entry] = listed["entries"]
+    assert (entry["server"], entry["tool"], entry["fresh"]) == (SERVER, "read_notebook", True)
+    assert entry["etag"].startswith('W/"')  # whole, where the table shortens it
+    assert entry["arguments"].startswith('{"path":')
+    assert entry["ttl_ms"] == 60_000
+    assert entry["size"] > 0
+    assert entry["age_s"] >= 0
+    assert entry["freshness"].startswith("fresh, ")
 
 
 def test_stats_totals_by_tool(cache_dir: Path) -> None:

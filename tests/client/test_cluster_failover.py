@@ -31,7 +31,7 @@ from mcpcache.client import ToolCache
 from mcpcache.client.entries import MARKS_GROUP
 from mcpcache.server.policies import CachePolicy, ToolPolicies
 from mcpcache.stores import RedisStore
-from mcpcache.stores.base import Match
+from mcpcache.stores.items import Match
 
 from .harness import Conn, connect
 

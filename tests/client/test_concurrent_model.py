@@ -39,7 +39,7 @@ from stores.backends import Backend, FakeClock
 from support.transports import MODERN, ServerTarget
 
 from mcpcache.client import ToolCache
-from mcpcache.policy import CacheMode
+from mcpcache.client.policy import CacheMode
 from mcpcache.stores import Store
 
 from .harness import Conn, ViewKind, connect

@@ -22,11 +22,11 @@ from support.transports import MODERN, ServerTarget
 
 from mcpcache.client import ToolCache
 from mcpcache.client.entries import decode_result, encode_result
+from mcpcache.client.keys import CallIdentity
 from mcpcache.client.tier import DecodedTier, _planned, copy_result, hold
-from mcpcache.keys import CallIdentity
 from mcpcache.protocol import META_KEY
 from mcpcache.stores import Item, MemoryStore, Store
-from mcpcache.stores.base import body_checksum
+from mcpcache.stores.items import body_checksum
 
 from .harness import connect
 from .lab import ROWS, Lab, build_lab

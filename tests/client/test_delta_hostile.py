@@ -19,7 +19,7 @@ import pytest
 from support.transports import ERAS, MODERN, Era, ServerTarget
 
 from mcpcache.client import ToolCache
-from mcpcache.delta import FORMAT, MAX_OPS, diff
+from mcpcache.delta import FORMAT, FORMATS, MAX_OPS, diff
 from mcpcache.etag import answer_digest
 from mcpcache.protocol import ACCEPT_DELTA_KEY, DELTA_KEY, META_KEY, NOT_MODIFIED_KEY
 from mcpcache.stores import MemoryStore
@@ -183,7 +183,7 @@ async def test_a_delta_that_cannot_be_used_is_a_repeat_in_full(
         mark = conn.mark()
         call = await conn.call("read", KEY)
         assert conn.tool_calls(mark) == 2
-        assert [sent(meta) for meta in lab.seen_meta] == [(True, [FORMAT]), (False, None)]
+        assert [sent(meta) for meta in lab.seen_meta] == [(True, list(FORMATS)), (False, None)]
         lab.rewrite = None
         stock = await conn.direct("read", KEY)
 

@@ -19,10 +19,10 @@ from support.transports import ERAS, MODERN, Era, ServerTarget
 from mcpcache.client import ToolCache
 from mcpcache.client.entries import TOOLS_GROUP, decode_result
 from mcpcache.client.policy import EntryMeta
-from mcpcache.delta import FORMAT
+from mcpcache.delta import FORMATS
 from mcpcache.protocol import ACCEPT_DELTA_KEY, META_KEY
 from mcpcache.stores import MemoryStore, Store
-from mcpcache.stores.base import Match
+from mcpcache.stores.items import Match
 
 from .harness import VIEW_KINDS, Conn, FakeClock, ViewKind, block, connect, plain
 from .lab import SERVER_KINDS, Lab, ServerKind, build_lab
@@ -96,7 +96,7 @@ async def test_an_edited_answer_comes_as_a_delta_and_is_patched(
         assert delta_bytes * 8 < full_bytes
         assert patched.outcome.bytes_saved > full_bytes // 2
         if server_kind == "sdk":  # the SDK lab records what each request carried
-            assert accepted(lab.seen_meta[0]) == [FORMAT]
+            assert accepted(lab.seen_meta[0]) == list(FORMATS)
 
         # Kept as a full answer: served fresh next, from this cache and from another on the same store.
         again = await conn.call("read", KEY)
@@ -303,9 +303,9 @@ async def test_a_base_the_store_lost_meanwhile(tier: str, clock: FakeClock) -> N
     assert call.result.structured_content["text"] == edition(2)  # type: ignore[attr-defined]
     if tier == "held decoded":
         assert call.outcome.status == "patched"  # type: ignore[attr-defined]
-        assert sent == [[FORMAT]]
+        assert sent == [list(FORMATS)]
     else:
         assert (call.outcome.status, call.outcome.stored) == ("miss", True)  # type: ignore[attr-defined]
         assert "the delta's base is not held" in call.outcome.delta_unused  # type: ignore[attr-defined]
-        assert sent == [[FORMAT], None]
+        assert sent == [list(FORMATS), None]
         assert cache.stats.deltas_unused == 1

@@ -8,6 +8,7 @@ what the store could not do.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from support.redis_server import RedisServer
 from support.transports import MODERN, ServerTarget
 
 from mcpcache.client import ToolCache
-from mcpcache.keys import CallIdentity
+from mcpcache.client.keys import CallIdentity
 from mcpcache.stores import Item, MemoryStore, RedisStore, SQLiteStore
 
 from .harness import Conn, connect, live_clock, plain
@@ -169,7 +170,8 @@ async def test_a_redis_server_killed_in_the_middle_of_a_run(own_redis_server: Re
     assert lab.runs("read", "k") == 5
 
 
-async def test_a_sqlite_file_locked_by_another_process(tmp_path: Path) -> None:
+async def test_a_sqlite_file_locked_by_another_process(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
     clock = FakeClock()
     path = tmp_path / "locked.db"
     lab = Lab()
@@ -192,10 +194,18 @@ async def test_a_sqlite_file_locked_by_another_process(tmp_path: Path) -> None:
                 assert stale.outcome.status == "revalidated"  # served, though its freshness was not restarted
                 await cache.flush()  # the revalidation's record is written after the answer is returned
                 assert cache.stats.store_failures >= 2
+                locked = f"{path}: the write lock is held by another connection"
+                assert f"not stored: the store failed (SQLiteBusyError: {locked}" in new.outcome.reason
+                # One line for the outage, whatever the number of writes it cost; never a traceback.
+                [failed] = [record for record in caplog.records if record.name == "mcpcache.client"]
+                assert f"tool cache store (SQLiteStore): save failed (SQLiteBusyError: {locked}" in failed.message
+                assert failed.exc_info is None
             finally:
                 holder.release()
             assert (await conn.call("read", {"key": "new"})).outcome.status == "miss"
             assert (await conn.call("read", {"key": "new"})).outcome.status == "fresh_hit"
+            failed, back = [record.message for record in caplog.records if record.name == "mcpcache.client"]
+            assert "tool cache store (SQLiteStore) answers again after" in back
 
 
 # -- garbage under the real key -------------------------------------------------------------------

@@ -24,10 +24,10 @@ from support.transports import MODERN, ServerTarget
 
 from mcpcache.client import ToolCache
 from mcpcache.client.background import Deferred
+from mcpcache.client.keys import CallIdentity
 from mcpcache.client.tier import hold
-from mcpcache.keys import CallIdentity
 from mcpcache.stores import Item, MemoryStore, SQLiteStore, Store
-from mcpcache.stores.base import body_checksum
+from mcpcache.stores.items import body_checksum
 
 from .harness import connect
 from .lab import Lab, build_lab

@@ -35,8 +35,13 @@ from support.calls import call_raw, call_stock  # noqa: E402
 from support.transports import ERAS, MODERN, Era, ServerTarget, stock_client  # noqa: E402
 
 from mcpcache.client import ToolCache  # noqa: E402
-from mcpcache.etag import parse_etag  # noqa: E402
-from mcpcache.protocol import META_KEY, NOT_MODIFIED_KEY, CacheBlock, NotModifiedReply  # noqa: E402
+from mcpcache.protocol import (  # noqa: E402
+    META_KEY,
+    NOT_MODIFIED_KEY,
+    CacheBlock,
+    NotModifiedReply,
+    parse_etag,
+)
 from mcpcache.stores import MemoryStore  # noqa: E402
 
 from .harness import VIEW_KINDS, FakeClock, ViewKind, assert_full_answer, block, connect, plain  # noqa: E402

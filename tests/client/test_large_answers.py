@@ -30,10 +30,10 @@ from support.transports import MODERN, ServerTarget
 
 from mcpcache.client import ToolCache
 from mcpcache.client.entries import _SHARED_TEXT, decode_result, encode_entry, encode_result
+from mcpcache.client.keys import CallIdentity
+from mcpcache.client.policy import DEFAULT_MAX_ANSWER_BYTES
 from mcpcache.demo.notebooks import generate_notebook_of_size
 from mcpcache.demo.server import build_demo_server
-from mcpcache.keys import CallIdentity
-from mcpcache.policy import DEFAULT_MAX_ANSWER_BYTES
 from mcpcache.server.fastmcp import install
 from mcpcache.server.policies import CachePolicy
 from mcpcache.stores import Item, MemoryStore, RedisStore, SQLiteStore, Store

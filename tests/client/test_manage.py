@@ -24,8 +24,8 @@ from stores.backends import Backend, FakeClock, redis_backend, sqlite_backend
 from support.transports import MODERN, ServerTarget
 
 from mcpcache.client import CachedCall, ToolCache
-from mcpcache.keys import CallIdentity
-from mcpcache.policy import CacheMode
+from mcpcache.client.keys import CallIdentity
+from mcpcache.client.policy import CacheMode
 from mcpcache.stores import Item, SQLiteStore, Store
 
 from .harness import Conn, connect, live_clock

@@ -1,4 +1,4 @@
-"""The client's pure decisions (mcpcache.policy), with the time passed in."""
+"""The client's pure decisions (mcpcache.client.policy), with the time passed in."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mcpcache.policy import (
+from mcpcache.client.policy import (
     DELTA_FORMATS,
     ApplyDelta,
     EntryMeta,
@@ -233,5 +233,5 @@ class TestDeltaReply:
         assert why in decision.reason
 
     def test_what_a_request_accepts(self) -> None:
-        assert delta_formats(True) == DELTA_FORMATS == ("json-patch+splice/1",)
+        assert delta_formats(True) == DELTA_FORMATS == ("json-patch+splice/2", "json-patch+splice/1")
         assert delta_formats(False) == ()

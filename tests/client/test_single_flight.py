@@ -15,6 +15,7 @@ import pytest
 from support.transports import MODERN, ServerTarget
 
 from mcpcache.client import ToolCache
+from mcpcache.stores import MemoryStore
 
 from .harness import VIEW_KINDS, Conn, FakeClock, ViewKind, connect, plain
 from .lab import Lab, build_lab
@@ -146,7 +147,12 @@ async def test_followers_share_the_leaders_failure(clock: FakeClock, cache: Tool
     assert all("valid dictionary" in str(exc) for exc in failures)
 
 
-async def test_when_the_leader_is_cancelled_a_follower_goes_on_its_own(clock: FakeClock, cache: ToolCache) -> None:
+async def test_when_the_leader_is_cancelled_a_follower_goes_on_its_own() -> None:
+    """The leader's outcome is unknown once it is cancelled, so it ends freshness as a write would (this cache
+    does not trust the tool's read-only annotation); a follower then sends a new request, after that end, and
+    the others share it. The real clock: with a frozen one the new request would be sent at the very instant
+    freshness ended, and none could share it."""
+    cache = ToolCache(MemoryStore())
     lab = Lab()
     async with connect("mcp", ServerTarget.memory(build_lab("sdk", lab)), MODERN, cache) as conn:
         lab.gate = anyio.Event()

@@ -17,8 +17,8 @@ from support.sqlite_lock import Hold
 from support.transports import MODERN, ServerTarget
 
 from mcpcache.client import ToolCache
-from mcpcache.client.fence import DEFAULT_STORE_DEADLINE_S
 from mcpcache.stores import SQLiteStore
+from mcpcache.stores.fence import DEFAULT_STORE_DEADLINE_S
 
 from .harness import connect
 from .lab import Lab, build_lab

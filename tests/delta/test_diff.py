@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
@@ -115,3 +116,21 @@ def test_the_size_bound_and_the_receivers_bounds(monkeypatch: pytest.MonkeyPatch
 
 def test_values_without_a_json_form_give_no_delta() -> None:
     assert diff({"a": 1}, {"a": 2**70}, max_bytes=1 << 20) is None
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ({"a": 1, "b": 2}, {"b": 2, "a": 1}),  # reordered
+        ({"a": 1, "b": 2}, {"c": 3, "a": 1, "b": 2}),  # added before the others
+        ({"x": {"a": 1, "b": 2, "c": 3}}, {"x": {"b": 2, "a": 9, "c": 3}}),  # nested, one changed too
+        ({"a": 1, "b": 2}, {"a": 1, "c": 3}),  # removed and added at the end: order kept by the ops
+    ],
+)
+def test_the_patched_object_has_the_new_member_order(old: dict[str, Any], new: dict[str, Any]) -> None:
+    """A serializer writes members in their order, and the answer served must be the full read byte for
+    byte: an object whose order the ops cannot leave comes whole."""
+    ops = diff(old, new, max_bytes=1 << 20)
+    assert ops is not None
+    patched = apply(old, ops)
+    assert json.dumps(patched) == json.dumps(new)

@@ -103,5 +103,5 @@ def test_the_engine_imports_no_half_of_mcpcache() -> None:
     mcpcache_modules = {
         name for name in imported if name.startswith("mcpcache") and not name.startswith("mcpcache.delta")
     }
-    assert mcpcache_modules <= {"mcpcache.etag", "mcpcache.protocol"}
+    assert mcpcache_modules <= {"mcpcache.canonical", "mcpcache.etag", "mcpcache.protocol"}
     assert not {name.split(".")[0] for name in imported} & {"jsonpatch", "jsonpointer", "fastmcp"}

@@ -20,7 +20,7 @@ from fastmcp.server.providers.proxy import ProxyClient
 
 from mcpcache.demo.notebooks import generate_notebook, generate_notebook_of_size
 from mcpcache.demo.server import build_demo_server
-from mcpcache.gateway.app import Upstream, assemble_gateway
+from mcpcache.gateway.app import KEEP_ALIVE_S, Upstream, assemble_gateway
 from mcpcache.gateway.config import GatewayConfig, ToolSettings, UpstreamSettings
 from mcpcache.processes import free_port, stop_process, wait_until_listening
 from mcpcache.stores.base import Store
@@ -98,11 +98,18 @@ scope = "public"
 
 
 @contextlib.contextmanager
-def served_in_thread(server: FastMCP[Any]) -> Iterator[str]:
+def served_in_thread(server: FastMCP[Any], *, keep_alive_s: float = KEEP_ALIVE_S) -> Iterator[str]:
     """`server` over streamable HTTP on a free loopback port, run by uvicorn in a thread of this process
-    (a real HTTP server, without the seconds a process of its own spends importing FastMCP)."""
+    (a real HTTP server, without the seconds a process of its own spends importing FastMCP).
+
+    Idle connections are kept open `keep_alive_s`, by default as long as `mcpcache gateway` keeps them:
+    longer than a client's pool, so the stock clients of the tests never meet the keep-alive race that ends
+    a stock MCP SDK session (python-sdk#3522; mcpcache guards only the sessions it wraps). A test of that
+    race passes uvicorn's own default, 5 s."""
     port = free_port()
-    config = uvicorn.Config(server.http_app(path="/mcp"), host="127.0.0.1", port=port, log_level="warning")
+    config = uvicorn.Config(
+        server.http_app(path="/mcp"), host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=keep_alive_s
+    )
     runner = uvicorn.Server(config)
     thread = threading.Thread(target=runner.run, name=f"upstream-{port}", daemon=True)
     thread.start()

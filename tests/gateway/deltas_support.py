@@ -22,7 +22,8 @@ from mcpcache.gateway.deltas import GatewayDeltas
 from mcpcache.gateway.history import HISTORY_GROUP
 from mcpcache.gateway.middleware import GatewayMiddleware
 from mcpcache.protocol import META_KEY, DeltaBlock, MalformedDelta, Scope, conditional_request_meta, parse_cache_block
-from mcpcache.stores.base import Match, Store
+from mcpcache.stores.base import Store
+from mcpcache.stores.items import Match
 
 NOTEBOOK = "nb.ipynb"
 ARGS = {"path": NOTEBOOK}

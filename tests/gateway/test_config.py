@@ -204,3 +204,21 @@ def test_the_command_lines_redis_keeps_the_files_other_store_settings() -> None:
     assert store is not None
     assert (store.redis, store.sqlite, store.namespace) == ("redis://127.0.0.1:6379/0", None, "ns")
     assert (store.delta_history_bytes, store.decoded_bytes) == (1000, 5)
+
+
+def test_a_store_can_be_required_in_the_file_or_on_the_command_line_and_only_a_store() -> None:
+    text = '[store]\nredis = "redis://127.0.0.1:6379/0"\nrequired = true\n' + UPSTREAM
+    store = parse_config(text).store
+    assert store is not None
+    assert store.required
+    config = quick_config(url="http://127.0.0.1:9/mcp", command=None, tools=[])
+    required = with_overrides(config, redis="redis://127.0.0.1:6379/0", require_store=True).store
+    assert required is not None
+    assert required.required
+    optional = with_overrides(config, redis="redis://127.0.0.1:6379/0").store
+    assert optional is not None
+    assert not optional.required
+    with pytest.raises(ConfigError, match="--require-store: there is no store to require"):
+        with_overrides(config, require_store=True)
+    with pytest.raises(ConfigError):
+        parse_config('[store]\nmemory = true\nrequired = "yes"\n' + UPSTREAM)

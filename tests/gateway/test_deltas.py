@@ -19,13 +19,13 @@ import orjson
 import pytest
 from support.redis_server import Frozen, RedisServer
 
-from mcpcache.delta import FORMAT
+from mcpcache.delta import FORMATS
 from mcpcache.demo.notebooks import generate_notebook
 from mcpcache.gateway.config import AuthSettings, StaticToken
 from mcpcache.gateway.history import HISTORY_GROUP
 from mcpcache.protocol import EXTENSION_ID, META_KEY, conditional_request_meta
 from mcpcache.stores import MemoryStore, RedisStore, SQLiteStore, Store
-from mcpcache.stores.base import Item, StoreLimits
+from mcpcache.stores.items import Item, StoreLimits
 
 from .conftest import served_in_thread
 from .deltas_support import (
@@ -164,7 +164,7 @@ async def test_the_gateway_advertises_the_format_only_when_it_keeps_a_history(fo
             assert discovered is not None
             return discovered.capabilities.extensions[EXTENSION_ID].get("deltaFormats")
 
-    assert await advertised(delta_gateway(folder, MemoryStore())) == [FORMAT]
+    assert await advertised(delta_gateway(folder, MemoryStore())) == list(FORMATS)
     assert await advertised(delta_gateway(folder, MemoryStore(), history_bytes=0)) is None
     assert await advertised(delta_gateway(folder, None)) is None
 

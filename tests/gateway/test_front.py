@@ -26,7 +26,7 @@ from mcpcache.gateway.front import RECHECK_S, AskStore, FrontHit, FrontTier, fro
 from mcpcache.gateway.middleware import GatewayMiddleware
 from mcpcache.protocol import META_KEY, conditional_request_meta
 from mcpcache.stores import RedisStore
-from mcpcache.stores.base import Item, Match
+from mcpcache.stores.items import Item, Match
 
 from .conftest import gateway_over
 from .counting_server import build_counting_server

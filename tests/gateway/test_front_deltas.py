@@ -15,7 +15,7 @@ from mcpcache.demo.notebooks import generate_notebook
 from mcpcache.gateway.config import AuthSettings, StaticToken, ToolSettings
 from mcpcache.protocol import META_KEY, conditional_request_meta
 from mcpcache.stores import MemoryStore
-from mcpcache.stores.base import Match
+from mcpcache.stores.items import Match
 
 from .conftest import served_in_thread
 from .deltas_support import (

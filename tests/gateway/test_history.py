@@ -4,6 +4,7 @@ bounds through a thousand edits."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -12,12 +13,13 @@ import anyio
 import fastmcp
 import mcp_types as mt
 import pytest
+from support.redis_server import free_port
 
 from mcpcache.demo.notebooks import generate_notebook
 from mcpcache.gateway.history import HISTORY_GROUP, CallKey, StoreHistory
 from mcpcache.protocol import META_KEY
 from mcpcache.stores import MemoryStore, RedisStore, SQLiteStore, Store
-from mcpcache.stores.base import StoreLimits
+from mcpcache.stores.items import StoreLimits
 
 from .deltas_support import ARGS, NOTEBOOK, READ, asking, delta_gateway, deltas_of, edit, history_items, patched, tag_of
 
@@ -110,6 +112,19 @@ async def test_callers_bringing_one_new_answer_at_once_record_it_once() -> None:
     assert len(set(sizes)) == 1
     assert sizes[0] is not None
     assert history.counters.recorded == 1
+
+
+@pytest.mark.redis
+async def test_a_redis_with_nothing_listening_is_no_history_and_one_line(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
+    async with RedisStore(f"redis://127.0.0.1:{free_port()}/0", namespace="gw-nobody") as store:
+        history = StoreHistory(store)
+        for number in range(3):
+            assert await history.record(call(), tag(number), answer("sent")) is None
+            assert await history.base(call(), tag(number)) is None
+    assert history.counters.failures == 6  # a read for each record and each base, each counted
+    [failed] = caplog.text.splitlines()  # one line, no traceback
+    assert "delta history store (RedisStore): read failed (ConnectionError: Error 111 connecting to" in failed
 
 
 async def test_two_processes_sharing_a_store_share_the_history(tmp_path: Path) -> None:

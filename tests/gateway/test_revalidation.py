@@ -29,12 +29,13 @@ from mcpcache.bench.relay import counting_relay
 from mcpcache.client import ToolCache
 from mcpcache.client.entries import TOOLS_GROUP
 from mcpcache.demo.server import build_demo_server
-from mcpcache.gateway.app import build_gateway
+from mcpcache.gateway.app import KEEP_ALIVE_S, build_gateway
 from mcpcache.gateway.config import parse_config
 from mcpcache.processes import free_port
 from mcpcache.protocol import META_KEY
 from mcpcache.stores import MemoryStore, RedisStore, SQLiteStore
-from mcpcache.stores.base import Match, Store
+from mcpcache.stores.base import Store
+from mcpcache.stores.items import Match
 
 from .conftest import NOTEBOOK, served_in_thread
 
@@ -92,9 +93,12 @@ def port_of(url: str) -> Iterator[int]:
 @contextlib.asynccontextmanager
 async def served_here(server: fastmcp.FastMCP[Any]) -> AsyncIterator[str]:
     """`server` over streamable HTTP on a free loopback port, run by uvicorn on this test's own event loop
-    (a store's connections belong to the loop that made them: a Redis client must not cross loops)."""
+    (a store's connections belong to the loop that made them: a Redis client must not cross loops). Idle
+    connections are kept as `mcpcache gateway` keeps them (see `served_in_thread`)."""
     port = free_port()
-    config = uvicorn.Config(server.http_app(path="/mcp"), host="127.0.0.1", port=port, log_level="warning")
+    config = uvicorn.Config(
+        server.http_app(path="/mcp"), host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_S
+    )
     runner = uvicorn.Server(config)
     async with anyio.create_task_group() as group:
         group.start_soon(runner.serve)

@@ -132,7 +132,8 @@ async def drive(run: Run, cache: ToolCache, url: str, index: int, route: str) ->
 def gateways(redis_url: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
     """Two `mcpcache gateway` processes in front of an upstream that never heard of mcpcache, sharing the
     session's redis-server; started side by side and stopped by PID."""
-    with served_in_thread(build_server(stamped=False)) as upstream, (tmp_path / "gateways.log").open("wb") as log:
+    upstream_server = served_in_thread(build_server(stamped=False), keep_alive_s=5)  # uvicorn's default
+    with upstream_server as upstream, (tmp_path / "gateways.log").open("wb") as log:
         config = tmp_path / "gateway.toml"
         config.write_text(
             f'[store]\nredis = "{redis_url}"\nnamespace = "load-gw-{secrets.token_hex(4)}"\n\n'
@@ -161,7 +162,7 @@ async def test_no_session_dies_and_no_call_fails_under_bursts_of_concurrent_call
     redis_url: str, gateways: tuple[str, str]
 ) -> None:
     run = Run()
-    with served_in_thread(build_server(stamped=True)) as direct:
+    with served_in_thread(build_server(stamped=True), keep_alive_s=5) as direct:  # uvicorn's default: the race
         async with RedisStore(redis_url, namespace=f"load-client-{secrets.token_hex(4)}") as store:
             cache = ToolCache(store, partition="load", trusted=True)
             async with anyio.create_task_group() as tg:

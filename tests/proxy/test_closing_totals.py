@@ -88,6 +88,9 @@ async def test_a_stock_sdk_host_that_closes_the_proxy_gets_its_totals(tmp_path: 
             await _two_calls(client)
     text = log.read_text()
     assert "mcpcache proxy: closing; cache totals: calls 2" in text, text
+    # The upstream stamps nothing, so nothing is stored: said on every call, and once what would stamp it.
+    assert text.count("not stored: the answer has no cache block") == 2, text
+    assert text.count("mcpcache gateway") == 1, text
 
 
 async def test_a_host_that_sends_sigterm_gets_the_totals(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ from mcpcache.refs.view import envelope_of, payload_of
 from mcpcache.server.fastmcp import install
 from mcpcache.server.policies import CachePolicy, ToolPolicies
 from mcpcache.stores import MemoryStore, SQLiteStore
-from mcpcache.stores.base import Item
+from mcpcache.stores.items import Item
 
 from .conftest import Harness
 

@@ -38,7 +38,7 @@ from support.served_tags import served_tag
 from support.tags import tag_of
 from support.transports import ERAS, MODERN, ClientKind, Era, ServerTarget, StockClient, stock_client
 
-from mcpcache.delta import FORMAT
+from mcpcache.delta import FORMATS
 from mcpcache.etag import content_tag, validator_tag
 from mcpcache.protocol import EXTENSION_ID, META_KEY, CacheBlock, conditional_request_meta, extension_settings
 from mcpcache.server.fastmcp import RevalidationMiddleware, install
@@ -651,7 +651,7 @@ async def test_the_extension_is_advertised_on_2026_07_28(server: FastMCP | MCPSe
         assert capabilities is not None
         assert capabilities.extensions is not None
         # Deltas are on by default, so the formats the server sends are advertised with the rest.
-        assert capabilities.extensions[EXTENSION_ID] == extension_settings(delta_formats=[FORMAT])
+        assert capabilities.extensions[EXTENSION_ID] == extension_settings(delta_formats=list(FORMATS))
 
 
 async def test_a_configured_meta_key_is_used_and_advertised(kind: ServerKind) -> None:

@@ -1,10 +1,10 @@
-"""The server half's decisions (mcpcache.server.core), tested directly: no adapter, no transport.
+"""The server half's decisions (mcpcache.server.decisions), tested directly: no adapter, no transport.
 
 `decide_before_body` and `decide_after_body` are pure: they are handed the policy, the request's tag,
 the validator's or the answer's tag and the answer, and return a typed decision with a reason. The
 rules of docs/protocol.md sections 3 and 4 (the conditional request, the not-modified reply) are stated here as
 plain cases and as one property over every combination. A few driver tests at the end run
-`Revalidator.call` with plain functions for the body, to show it does what the decisions say.
+`Revalidator.run` with a plain `ToolCall`, to show it does what the decisions say.
 """
 
 from __future__ import annotations
@@ -16,25 +16,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mcpcache.etag import content_tag, format_tag, validator_tag, weak_equal
-from mcpcache.protocol import META_KEY, CacheBlock, conditional_request_meta, requested_etag
-from mcpcache.server.core import (
+from mcpcache.etag import content_tag, validator_tag
+from mcpcache.protocol import META_KEY, CacheBlock, conditional_request_meta, format_tag, requested_etag, weak_equal
+from mcpcache.server.decisions import (
     Answer,
     AnswerNotModified,
-    NotModified,
-    PassThrough,
-    Revalidator,
+    BelowTagging,
     RunBody,
     SendAsIs,
     SkipBody,
     Stamp,
-    Stamped,
     decide_after_body,
     decide_before_body,
     needs_content_tag,
     not_modified_kind,
 )
+from mcpcache.server.history import ANONYMOUS, Partition
 from mcpcache.server.policies import CachePolicy, ToolPolicies
+from mcpcache.server.revalidator import NotModified, PassThrough, Revalidator, Stamped
+from mcpcache.server.stubs import StubCheck
 
 pytestmark = pytest.mark.anyio
 
@@ -224,7 +224,7 @@ def test_decisions_are_frozen_values() -> None:
     assert decision == decide_after_body("read", POLICY, None, TAG, answer())
 
 
-# --- the driver, with plain functions for the body -------------------------------------------------
+# --- the driver, with a plain ToolCall ----------------------------------------------------------------
 
 
 class Body:
@@ -239,25 +239,47 @@ class Body:
         return self.answer
 
 
-def read(result: Answer) -> Answer:
-    return result
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """The smallest `ToolCall`: the body is a function, the answer is the result itself, no memo, nothing
+    below that tags, the tool's output schema unknown."""
+
+    tool: str
+    body: Body
+    request_meta: object = None
+    arguments: dict[str, Any] = dataclasses.field(default_factory=dict)
+    structured: bool | None = None
+    partition: Partition = ANONYMOUS
+    policy: CachePolicy | None = None
+    memo_inside: bool = False
+    memo_outside: bool = False
+    tags_below: bool = False
+
+    async def run_body(self) -> Answer:
+        return await self.body()
+
+    async def run_body_tagged(self, tagging: BelowTagging) -> Answer:
+        raise AssertionError("nothing below tags")
+
+    def read_answer(self, result: Answer) -> Answer:
+        return result
+
+    async def has_structured_output(self) -> bool | None:
+        return self.structured
+
+    async def stub_check(self) -> StubCheck:
+        return StubCheck.unknown("no schema in these tests")
 
 
 async def test_the_driver_stamps_the_tag_of_the_answer_meta_included() -> None:
     revalidator = Revalidator(ToolPolicies({"read": POLICY}))
     body = Body({"kind": "doc"}, {"io.jupyter-mcp/cell_id": "c1"})
-    outcome = await revalidator.call(tool="read", arguments={}, request_meta=None, run_body=body, read_answer=read)
+    outcome = await revalidator.run(Call("read", body))
     assert isinstance(outcome, Stamped)
     assert outcome.block.etag == content_tag(TEXT, {"kind": "doc"}, {"io.jupyter-mcp/cell_id": "c1"})
     assert outcome.block.etag != content_tag(TEXT, {"kind": "doc"})
 
-    again = await revalidator.call(
-        tool="read",
-        arguments={},
-        request_meta=conditional_request_meta(outcome.block.etag),
-        run_body=body,
-        read_answer=read,
-    )
+    again = await revalidator.run(Call("read", body, conditional_request_meta(outcome.block.etag)))
     assert isinstance(again, NotModified)
     assert again.body_ran
 
@@ -267,19 +289,9 @@ async def test_the_driver_skips_the_body_on_a_validator_match_only() -> None:
     revalidator = Revalidator(ToolPolicies({"read": policy}))
     body = Body({"kind": "doc"})
 
-    async def structured() -> bool:
-        return True
-
     async def call(v: int, tag: str | None) -> Any:
         meta = conditional_request_meta(tag) if tag else None
-        return await revalidator.call(
-            tool="read",
-            arguments={"v": v},
-            request_meta=meta,
-            run_body=body,
-            read_answer=read,
-            has_structured_output=structured,
-        )
+        return await revalidator.run(Call("read", body, meta, {"v": v}, structured=True))
 
     tag = validator_tag("read", {"v": 1}, 1)
     skipped = await call(1, tag)
@@ -295,10 +307,8 @@ async def test_the_driver_skips_the_body_on_a_validator_match_only() -> None:
 async def test_the_driver_passes_errors_and_undeclared_tools_through() -> None:
     revalidator = Revalidator(ToolPolicies({"read": POLICY}))
     failing = Body({"kind": "doc"}, is_error=True)
-    outcome = await revalidator.call(
-        tool="read", arguments={}, request_meta=conditional_request_meta(TAG), run_body=failing, read_answer=read
-    )
+    outcome = await revalidator.run(Call("read", failing, conditional_request_meta(TAG)))
     assert outcome == PassThrough(failing.answer, "error results are never stamped")
-    other = await revalidator.call(tool="other", arguments={}, request_meta=None, run_body=Body(), read_answer=read)
+    other = await revalidator.run(Call("other", Body()))
     assert isinstance(other, PassThrough)
     assert other.reason == "tool not declared"

@@ -134,16 +134,25 @@ def test_a_claim_the_answer_s_shape_cannot_bear_is_not_taken(content: Any, struc
 @pytest.mark.parametrize("kind", ["fastmcp", "sdk"])
 async def test_a_fastmcp_dict_answer_is_held_once_and_others_as_sent(kind: Any) -> None:
     """FastMCP writes a returned dict's text block from its structured content, so the history keeps the
-    text alone; the SDK's `MCPServer` gives the adapter no such promise, so both are kept."""
+    text alone, not the structured content's JSON a second time (beside it, 16-byte hashes of the return
+    value's parts, for deltas computed from its change); the SDK's `MCPServer` gives the adapter no such
+    promise, so both are kept as sent."""
     server, layer = build(kind)
     assert layer.history is not None
     async with stock_client("mcp", ServerTarget.memory(server), MODERN) as client:
         answer = await client.call_tool("notes", {"key": "once"})
     text = answer.content[0].text  # type: ignore[union-attr]
     held = layer.history.snapshot().bytes
+    (version,) = [version for version, _ in layer.history._lru.values()]
     if kind == "fastmcp":
-        assert held < len(text) + 2048
+        assert version.structured is None
+        assert version.structured_in_text == "plain"
+        assert version.derived.raw is not None
+        assert held < len(text) + version.derived.cost() + 2048
+        assert version.derived.cost() < len(text) / 2
     else:
+        assert version.structured is not None
+        assert version.derived.raw is None
         assert held > 2 * len(text) - 2048
 
 

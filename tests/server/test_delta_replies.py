@@ -35,13 +35,15 @@ from support.transports import (
 )
 
 from mcpcache.delta import FORMAT, apply, document_of, result_of
-from mcpcache.etag import SERVER_INFO_KEY, answer_digest, weak_equal
+from mcpcache.etag import answer_digest
 from mcpcache.protocol import (
     META_KEY,
+    SERVER_INFO_KEY,
     CacheBlock,
     DeltaBlock,
     conditional_request_meta,
     parse_cache_block,
+    weak_equal,
 )
 from server.notes import KIND, SCRIPT, build
 

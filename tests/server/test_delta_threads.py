@@ -48,7 +48,15 @@ async def test_the_delta_work_of_a_large_answer_runs_beside_the_loop(
         seen.append(threading.current_thread())
         return original(*args, **kwargs)
 
+    original_raw = revalidator.raw_delta
+
+    def watched_raw(*args: Any, **kwargs: Any) -> Any:
+        seen.append(threading.current_thread())
+        return original_raw(*args, **kwargs)
+
     monkeypatch.setattr(revalidator, "delta_choice", watched)
+    # FastMCP: the delta is computed from the return value's change (`mcpcache.server.raw_deltas`).
+    monkeypatch.setattr(revalidator, "raw_delta", watched_raw)
     async with fastmcp.Client(_server(size)) as client:
         held = await client.call_tool_mcp("read", {})
         block = parse_cache_block(held.meta)

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from mcpcache.extras import install_command
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -43,7 +45,7 @@ print(json.dumps({"errors": errors, "fastmcp": [m for m in sys.modules if m.star
 def test_the_server_half_imports_without_fastmcp_and_names_the_extra_when_it_is_needed() -> None:
     found = run(WITHOUT_FASTMCP)
     assert found["fastmcp"] == []
-    expected = "mcpcache: mcpcache.server.fastmcp needs the fastmcp extra: pip install 'mcpcache[fastmcp]'"
+    expected = f"mcpcache: mcpcache.server.fastmcp needs the fastmcp extra: {install_command('fastmcp')}"
     assert found["errors"] == [expected, expected]
 
 

@@ -365,7 +365,7 @@ def test_key_order_is_part_of_the_raw_form() -> None:
 
 @pytest.mark.parametrize("value", [(1, 2), {1: "a"}, float("nan"), 2**64, Point(x=1), b"x", {"a": Pair(a=1)}])
 def test_values_without_an_exact_json_form_are_refused(value: Any) -> None:
-    from mcpcache.etag import CanonicalizationError
+    from mcpcache.canonical import CanonicalizationError
 
     with pytest.raises(CanonicalizationError):
         raw_tag(DOMAIN, value)
@@ -541,13 +541,14 @@ async def test_a_full_read_tags_the_converted_json_without_serialising_the_value
     from mcpcache.server.fastmcp import raw_tags
 
     raw_serialisations = Spy()
-    original = raw_tags.raw_tag_sized
+    original = raw_tags.raw_tag_leaves
 
-    def counting(domain: bytes, value: Any) -> tuple[str, int]:
-        raw_serialisations.calls += 1
-        return original(domain, value)
+    def counting(domain: bytes, value: Any, *, walked: bool = False) -> Any:
+        # `walked`: FastMCP's own object, parsed from the JSON it wrote, is hashed (no walk of the value).
+        raw_serialisations.calls += not walked
+        return original(domain, value, walked=walked)
 
-    monkeypatch.setattr(raw_tags, "raw_tag_sized", counting)
+    monkeypatch.setattr(raw_tags, "raw_tag_leaves", counting)
     state["value"] = {"kind": "doc", "text": text, "lines": [text] * 3, "n": 1.5}
     server = build_server(state)
     async with stock_client("mcp", ServerTarget.memory(server), MODERN) as client:

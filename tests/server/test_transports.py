@@ -50,7 +50,7 @@ from support.transports import (
     stock_client,
 )
 
-from mcpcache.delta import FORMAT
+from mcpcache.delta import FORMATS
 from mcpcache.protocol import EXTENSION_ID, META_KEY, conditional_request_meta, extension_settings
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -125,7 +125,7 @@ async def test_stock_and_conditional_calls(
             capabilities = client.server_capabilities
             assert capabilities is not None
             assert capabilities.extensions is not None
-            assert capabilities.extensions[EXTENSION_ID] == extension_settings(delta_formats=[FORMAT])
+            assert capabilities.extensions[EXTENSION_ID] == extension_settings(delta_formats=list(FORMATS))
 
         for tool in STOCK_SHAPES:
             args = {"key": shared[tool]}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from mcpcache.stores.base import body_checksum
+from mcpcache.stores.items import body_checksum
 
 SCHEMA_V1 = """
 CREATE TABLE items (

@@ -31,7 +31,8 @@ from hypothesis import strategies as st
 from mcp.client import CacheEntry, CacheKey
 
 from mcpcache.stores import Item, RedisStore, Store, StoreLimits, Usage
-from mcpcache.stores.base import SDK_GROUP, Listed, Match, body_checksum, sdk_store_key
+from mcpcache.stores.items import Listed, Match, body_checksum
+from mcpcache.stores.sdk import SDK_GROUP, sdk_store_key
 
 from .backends import BYTE_FLIP, Backend, memory_backend, redis_backend, sqlite_backend
 

@@ -24,7 +24,7 @@ from mcpcache.client import ToolCache
 from mcpcache.server.fastmcp import install
 from mcpcache.server.policies import CachePolicy, ToolPolicies
 from mcpcache.stores import Item, RedisStore, Usage
-from mcpcache.stores.base import Match
+from mcpcache.stores.items import Match
 from mcpcache.stores.redis_shards import CLUSTER_SHARDS, parse_cluster_url, redis_url_kind, shard_prefixes
 
 pytestmark = [pytest.mark.anyio, pytest.mark.redis]

@@ -17,7 +17,7 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 
 from mcpcache.stores import Store
-from mcpcache.stores.base import SDK_GROUP
+from mcpcache.stores.sdk import SDK_GROUP
 
 from .backends import Backend
 

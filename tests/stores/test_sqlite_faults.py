@@ -20,8 +20,7 @@ import anyio
 import pytest
 from support.sqlite_lock import Hold
 
-from mcpcache import paths
-from mcpcache.stores import Item, SQLiteBusyError, SQLiteStore, StoreLimits
+from mcpcache.stores import Item, SQLiteBusyError, SQLiteStore, StoreLimits, opening
 from mcpcache.stores.sqlite import SCHEMA_VERSION, SQLiteWalFullError
 
 pytestmark = pytest.mark.anyio
@@ -289,9 +288,9 @@ async def test_new_files_are_readable_by_their_owner_only(tmp_path: Path, monkey
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     old = os.umask(0o022)
     try:
-        folder = paths.cache_dir()
+        folder = opening.cache_dir()
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700
-        store = paths.default_store("tools.db")
+        store = opening.default_store("tools.db")
         async with store:
             await store.save("k", Item({}, b"private"))
             path = folder / "tools.db"
@@ -299,6 +298,6 @@ async def test_new_files_are_readable_by_their_owner_only(tmp_path: Path, monkey
                 assert stat.S_IMODE((folder / name).stat().st_mode) == 0o600, name
             assert path.exists()
         os.chmod(folder, 0o755)  # as an older version left it
-        assert stat.S_IMODE(paths.cache_dir().stat().st_mode) == 0o700
+        assert stat.S_IMODE(opening.cache_dir().stat().st_mode) == 0o700
     finally:
         os.umask(old)

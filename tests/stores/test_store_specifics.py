@@ -18,7 +18,7 @@ import pytest
 import redis.asyncio
 
 from mcpcache.stores import Item, MemoryStore, RedisStore, SQLiteStore, StoreLimits, Usage
-from mcpcache.stores.base import Match, body_checksum
+from mcpcache.stores.items import Match, body_checksum
 from mcpcache.stores.sqlite import SCHEMA_VERSION
 
 from .legacy import V2_INSERT, V2_ITEMS, write_v1_file, write_v2_file

@@ -134,3 +134,31 @@ def tag(result: dict[str, Any]) -> str:
 def digest(result: dict[str, Any]) -> str:
     document = answer_document(result)
     return "sha256:" + hashlib.sha256(canonical(document, "digest")).hexdigest()
+
+
+def tree_digest(result: dict[str, Any]) -> str:
+    """The tree digest ("tree/1"), from the text of docs/protocol.md ("The tree digest") alone."""
+
+    def h(prefix: str, *parts: bytes) -> bytes:
+        return hashlib.sha256(prefix.encode() + b"\x00" + b"".join(parts)).digest()
+
+    def j(value: Any) -> bytes:
+        return canonical(value, "digest")
+
+    document = answer_document(result)
+    content = h("mcpcache-tree/1 content", *(h("mcpcache-tree/1 block", j(block)) for block in document["content"]))
+    structured = document["structuredContent"]
+    if type(structured) is dict:
+        members = []
+        for name in sorted(structured, key=lambda key: key.encode("utf-16-be")):
+            value = structured[name]
+            if type(value) is list:
+                elements = (h("mcpcache-tree/1 element", j(item)) for item in value)
+                members.append(h("mcpcache-tree/1 array", j(name), *elements))
+            else:
+                members.append(h("mcpcache-tree/1 member", j(name), j(value)))
+        structured_hash = h("mcpcache-tree/1 object", *members)
+    else:
+        structured_hash = h("mcpcache-tree/1 value", j(structured))
+    meta = h("mcpcache-tree/1 meta", j(document["meta"]))
+    return "sha256-tree1:" + h("mcpcache-tree/1 root", content, structured_hash, meta).hex()

@@ -15,7 +15,8 @@ import mcp_types as mt
 from fastmcp import FastMCP
 from mcp.server.mcpserver import MCPServer
 
-from mcpcache.etag import CanonicalizationError, raw_tag
+from mcpcache.canonical import CanonicalizationError
+from mcpcache.etag import raw_tag
 from mcpcache.protocol import META_KEY
 from mcpcache.server.fastmcp import raw_tag_domain
 from support.tags import answered_meta, tag_of

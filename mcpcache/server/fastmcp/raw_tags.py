@@ -28,19 +28,13 @@ from fastmcp.utilities.versions import VersionSpec
 from pydantic import TypeAdapter
 from typing_extensions import is_typeddict
 
-from mcpcache.etag import (
-    CanonicalizationError,
-    canonical_json,
-    content_tag_sized,
-    parsed_raw_tag_sized,
-    raw_domain,
-    raw_json_tag,
-    raw_tag_sized,
-)
-from mcpcache.server.decisions import Answer, BelowTagging
+from mcpcache.canonical import CanonicalizationError, canonical_json
+from mcpcache.etag import content_tag_sized, raw_domain, raw_json_tag
+from mcpcache.server.decisions import Answer, BelowTagging, RawPending
 from mcpcache.server.fastmcp.answers import READDRESSED, readdressed_above_middleware
 from mcpcache.server.fastmcp.declarations import ToolDeclarations
 from mcpcache.server.policies import ToolPolicies
+from mcpcache.server.raw_deltas import RawLeaves, raw_tag_leaves
 
 __all__ = ["HANDOFF", "Handoff", "RawTagTransform", "raw_tag_domain", "raw_tagged", "raw_tagged_class"]
 
@@ -227,33 +221,93 @@ def _raw_tagged_result(tool: FunctionTool, raw_value: Any) -> ToolResult:
         if tagging.requested is None:
             return _converted_then_tagged(tool, tagging, domain, raw_value)
         try:
-            tag, size = raw_tag_sized(domain, raw_value)
+            tag, size, leaves = raw_tag_leaves(domain, raw_value)
         except CanonicalizationError:
             # Not exact (a dataclass, a tuple): what FastMCP makes of it may still be, so tag that.
             return _converted_then_tagged(tool, tagging, domain, raw_value)
         reply = tagging.decide(tag, structured, size=size)
+        tagging.raw_leaves, tagging.raw_domain = leaves, domain
+        if reply is None and leaves is not None and tagging.raw_deltas and not _wraps(tool):
+            conversion = _conversion_of(tool)
+            if conversion is not None:
+                # Left unconverted: the driver sends the change, or converts it (beside its loop when large).
+                convert = functools.partial(_converted_marked, tool, tagging, raw_value)
+                tagging.raw_pending = RawPending(tag, raw_value, leaves, domain, conversion, convert)
+                return ToolResult(content=[])
         if reply is not None and structured is raw_value and _annotation_name(tool.return_type) in _SERIALISED_AS_ANY:
             # FastMCP would have written the dict as its JSON twice (text and structured content): measured
             # from that JSON, once per version (a second serialisation only to count bytes is not cheap).
             tagging.measure_text_json(raw_value)
     if reply is not None:
         return ToolResult(content=[], structured_content=reply.structured_content, meta=reply.meta)
-    return raw_value if isinstance(raw_value, ToolResult) else _converted(tool, tagging, raw_value)
+    if isinstance(raw_value, ToolResult):
+        return raw_value
+    return _converted(tool, tagging, raw_value)
 
 
 def _converted(tool: FunctionTool, tagging: BelowTagging, raw_value: Any) -> ToolResult:
     """FastMCP's conversion of a raw value, noting for the answer history when the one text block it
     wrote is the JSON of the structured content: FastMCP writes that text from the structured value
-    itself (`_convert_to_content(structured)`), so the history need not keep the same data twice."""
+    itself (`_convert_to_content(structured)`), so the history need not keep the same data twice. Only
+    then, and for a return value FastMCP converts in parts (`_conversion_of`), may the hashes of the value's
+    parts (`BelowTagging.raw_leaves`) serve deltas computed from the next value's change."""
     result = FunctionTool.convert_result(tool, raw_value)
     built = isinstance(raw_value, ToolResult | mt.CallToolResult)
     if built or is_prefab_app(raw_value) or is_prefab_component(raw_value):
+        tagging.raw_leaves = None
         return result  # built by the tool, or a Prefab app (whose text is a placeholder): no such promise
     wrapped = bool((tool.output_schema or {}).get(_WRAP_KEY))
     written = _value_json(result, wrapped=wrapped)
     if written is not None and written[0].startswith("{"):
         tagging.structured_in_text = "wrapped" if wrapped else "plain"
+    if tagging.structured_in_text != "plain" or type(raw_value) is not dict or _conversion_of(tool) is None:
+        tagging.raw_leaves = None
     return result
+
+
+def _wraps(tool: FunctionTool) -> bool:
+    return bool((tool.output_schema or {}).get(_WRAP_KEY))
+
+
+def _converted_marked(tool: FunctionTool, tagging: BelowTagging, raw_value: Any) -> ToolResult:
+    """What `FunctionTool.run` and `Tool._run` would have returned for `raw_value`, converted later."""
+    return tool._mark_non_object_result(_converted(tool, tagging, raw_value))
+
+
+class _InParts:
+    """FastMCP's conversion of a return value, applied to parts of it (`mcpcache.server.raw_deltas`):
+    `_serialize_to_jsonable` under the tool's return annotation, and `default_serializer` for the JSON of
+    the text block. Under an annotation `_annotation_name` names (any JSON, or a TypedDict with no
+    serializer of its own) the serializer converts each member and each array element on its own, so
+    converting a skeleton of the changed members gives the parts of the whole conversion."""
+
+    __slots__ = ("annotation", "serialize", "write")
+
+    def __init__(self, annotation: Any, serialize: Any, write: Any) -> None:
+        self.annotation = annotation
+        self.serialize = serialize
+        self.write = write
+
+    def structured(self, skeleton: dict[str, Any]) -> Any:
+        return self.serialize(skeleton, self.annotation)
+
+    def text(self, value: Any) -> str:
+        written = self.write(value)
+        assert isinstance(written, str)
+        return written
+
+
+def _conversion_of(tool: FunctionTool) -> _InParts | None:
+    """The conversion in parts for `tool`, or None (an annotation whose conversion is not named, or a
+    FastMCP without the functions it is made of)."""
+    name = _annotation_name(tool.return_type)
+    if name is None or name in ("str", "int", "float", "bool", "None"):
+        return None
+    try:
+        from fastmcp.tools.base import _serialize_to_jsonable, default_serializer
+    except ImportError:
+        return None
+    return _InParts(tool.return_type, _serialize_to_jsonable, default_serializer)
 
 
 # Return annotations FastMCP serialises a dict under by inference alone: an exact dict comes out as it
@@ -281,14 +335,18 @@ def _converted_then_tagged(tool: FunctionTool, tagging: BelowTagging, domain: by
     written = None
     if type(raw_value) is dict and _annotation_name(tool.return_type) in _SERIALISED_AS_ANY:
         written = _value_json(result, wrapped=bool((tool.output_schema or {}).get(_WRAP_KEY)))
+    keep = tagging.structured_in_text == "plain" and type(raw_value) is dict and _conversion_of(tool) is not None
+    leaves = None
     if written is not None:
-        tag, size = _written_tag(domain, *written)
+        tag, size, leaves = _written_tag(domain, *written)
     else:
         try:
-            tag, size = raw_tag_sized(domain, raw_value)
+            tag, size, leaves = raw_tag_leaves(domain, raw_value)
         except CanonicalizationError as exc:
             tagging.reason = f"the return value has no exact JSON form ({exc}); the answer is hashed"
             return result
+    if keep:
+        tagging.raw_leaves, tagging.raw_domain = leaves, domain
     reply = tagging.decide(tag, result.structured_content, size=size)
     if reply is not None:
         tagging.measure(Answer(result.content, result.structured_content, result.is_error, result.meta))
@@ -313,7 +371,7 @@ def _value_json(result: ToolResult, *, wrapped: bool) -> tuple[str, dict[str, An
     return (block.text, value) if type(value) is dict else None
 
 
-def _written_tag(domain: bytes, text: str, value: dict[str, Any]) -> tuple[str, int]:
+def _written_tag(domain: bytes, text: str, value: dict[str, Any]) -> tuple[str, int, RawLeaves | None]:
     """The tag in `domain` of `text`, which FastMCP wrote as the JSON of `value`, and its length.
 
     Hashed from `value`, written by orjson piece by piece (`parsed_raw_tag_sized`): FastMCP parsed it from
@@ -323,10 +381,10 @@ def _written_tag(domain: bytes, text: str, value: dict[str, Any]) -> tuple[str, 
     is not ASCII: about 4 ms for a 5 MB notebook with a handful of non-ASCII characters).
     """
     try:
-        return parsed_raw_tag_sized(domain, value)
+        return raw_tag_leaves(domain, value, walked=True)
     except CanonicalizationError:  # an integer beyond 64 bits, which only the text can spell
         data = text.encode()
-        return raw_json_tag(domain, data), len(data)
+        return raw_json_tag(domain, data), len(data), None
 
 
 @functools.cache

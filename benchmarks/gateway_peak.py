@@ -150,7 +150,8 @@ def one_read(server: list[str] | None, port: int, folder: Path, name: str) -> tu
         if process is not None:
             stop_process(process)
         log.close()
-    failed = "failed" in (folder / f"{name}.log").read_text(encoding="utf-8", errors="replace")
+    said = (folder / f"{name}.log").read_text(encoding="utf-8", errors="replace")
+    failed = "failed" in said or "unreachable" in said  # a store operation's line, or the store outage's
     return answer, peak - idle, failed
 
 

@@ -202,18 +202,14 @@ def _loopback(host: str) -> bool:
 
 
 def _shown_store(text: str) -> str:
-    from mcpcache.client.identity import shown_url
-
+    """A store's URL without credentials (userinfo, the query) to print. Not `shown_url`: a cluster URL names
+    several hosts (`redis+cluster://a:1,b:2/0`), which no URL parser takes for one netloc."""
     if "://" not in text:
         return text
     scheme, _, rest = text.partition("://")
-    if "," not in rest.partition("/")[0]:
-        return shown_url(text)
-    # A cluster URL names several nodes, which urlsplit cannot read as one host: shown as shown_url shows
-    # a URL, without userinfo (before the first node) and query.
-    where, query = rest.partition("?")[0], rest.partition("?")[2]
-    nodes, slash, path = where.partition("/")
-    return f"{scheme}://{nodes.rpartition('@')[2]}{slash}{path}" + ("?…" if query else "")
+    rest, query, _ = rest.partition("?")
+    netloc, slash, path = rest.partition("/")
+    return f"{scheme}://{netloc.rpartition('@')[2]}{slash}{path}" + ("?…" if query else "")
 
 
 def _importable(name: str) -> bool:

@@ -19,6 +19,7 @@ from pathlib import Path
 import anyio
 
 from mcpcache.stores.base import Store
+from mcpcache.stores.fence import STORE_DOWN, STORE_UP
 
 __all__ = ["OneLine", "StoreOutages", "cause_of", "install_logging"]
 
@@ -73,6 +74,14 @@ class StoreOutages(logging.Filter):
         self.down = False
 
     def filter(self, record: logging.LogRecord) -> bool:
+        # The fences of the gateway's caches and delta history each say their own outage; the gateway's one
+        # line stands for all of them, and `watch` says when the store answers again.
+        down = getattr(record, STORE_DOWN, None)
+        if down is not None:
+            self.went_down(str(down))
+            return False
+        if getattr(record, STORE_UP, False):
+            return False
         exc = record.exc_info[1] if record.exc_info else None
         if exc is None or not _raised_by_the_store(exc):
             return True

@@ -42,6 +42,8 @@ __all__ = [
     "DEFAULT_STORE_COOLDOWN_S",
     "DEFAULT_STORE_DEADLINE_S",
     "DEFAULT_STORE_SECONDS_PER_MB",
+    "STORE_DOWN",
+    "STORE_UP",
     "FenceSettings",
     "FencedStore",
 ]
@@ -51,6 +53,12 @@ T = TypeVar("T")
 DEFAULT_STORE_DEADLINE_S: Final = 1.0
 DEFAULT_STORE_COOLDOWN_S: Final = 5.0
 DEFAULT_STORE_SECONDS_PER_MB: Final = DEFAULT_SECONDS_PER_MB
+
+STORE_DOWN: Final = "mcpcache_store_down"
+"""On the log record of an outage's first failure: what failed (an application that says outages its own way,
+as `mcpcache gateway` does, reads it and holds the record back)."""
+STORE_UP: Final = "mcpcache_store_up"
+"""On the log record of an outage's end."""
 
 _MOST_REASON_CHARS: Final = 300
 _ANY: Final = "*"
@@ -172,7 +180,11 @@ class FencedStore:
         self._outage_began = self._monotonic()
         self._outage_failures = 1
         left = f" (not asked again for {self.cooldown_s:g} s)" if self.circuit_open and self.cooldown_s else ""
-        self._logger.warning("%s: %s %s%s; %s until it answers again", self._who, op, what, left, self._meanwhile)
+        self._logger.warning(
+            "%s: %s %s%s; %s until it answers again",
+            *(self._who, op, what, left, self._meanwhile),
+            extra={STORE_DOWN: f"{op} {what}"},
+        )
         if exc is not None:
             self._logger.debug("%s: %s failed", self._who, op, exc_info=exc)
 
@@ -187,7 +199,9 @@ class FencedStore:
         failures = self._outage_failures
         self._trouble = None
         noun = "operation" if failures == 1 else "operations"
-        self._logger.warning("%s answers again after %d failed %s in %.1f s", self._who, failures, noun, took)
+        self._logger.warning(
+            "%s answers again after %d failed %s in %.1f s", self._who, failures, noun, took, extra={STORE_UP: True}
+        )
 
     # The operations ------------------------------------------------------------------------------
 

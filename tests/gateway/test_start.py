@@ -180,3 +180,13 @@ def test_a_required_store_that_is_down_stops_the_gateway_in_one_line(tmp_path: P
     assert_one_line(
         done, f"mcpcache gateway: the store {nothing} is unreachable (ConnectionError", "required: not starting"
     )
+
+
+def test_the_store_is_shown_without_credentials_even_as_a_cluster_of_hosts() -> None:
+    from mcpcache.cli.gateway import _shown_store
+
+    assert _shown_store("redis+cluster://u:pw@127.0.0.1:1,127.0.0.1:2/0?password=x") == (
+        "redis+cluster://127.0.0.1:1,127.0.0.1:2/0?…"
+    )
+    assert _shown_store("redis://:pw@127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
+    assert _shown_store("/var/cache/mcpcache.sqlite") == "/var/cache/mcpcache.sqlite"

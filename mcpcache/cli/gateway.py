@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import ipaddress
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -151,26 +152,53 @@ def gateway(
         raise typer.Exit(code)
 
 
-async def _serve(gateway: Gateway, serve: ServeSettings, bound: int) -> None:
-    from mcpcache.gateway.app import KEEP_ALIVE_S
+async def _serve(gateway: Gateway, serve: ServeSettings, port: int) -> None:
+    """The gateway over streamable HTTP until it is stopped: what FastMCP's `run_http_async` does, with the
+    event store that makes callers' SSE streams resumable (which `run_http_async` does not pass on)."""
+    import fastmcp
+    import uvicorn
 
-    await gateway.server.run_http_async(
-        show_banner=False,
-        transport="http",
-        host=serve.host,
-        port=bound,
+    from mcpcache.gateway.app import KEEP_ALIVE_S
+    from mcpcache.gateway.resume import resumable_streams
+
+    # None leaves FastMCP's own setting (FASTMCP_JSON_RESPONSE) in charge, as before the key existed.
+    json_response = serve.json_response or fastmcp.settings.json_response
+    # Host and Origin checked on a loopback bind (DNS rebinding), and on any bind for named hosts; on a
+    # loopback bind the address itself is allowed too, as FastMCP's run_http_async allows it.
+    allowed = list(serve.allowed_hosts) or None
+    if allowed is None:
+        configured = fastmcp.settings.http_allowed_hosts
+        allowed = [*(configured or []), serve.host] if _loopback(serve.host) else configured
+    app = gateway.server.http_app(
         path=serve.path,
-        uvicorn_config={
-            "timeout_keep_alive": KEEP_ALIVE_S,
-            "http": serve.http,
-            "access_log": serve.access_log,
-        },
-        # None leaves FastMCP's own setting (FASTMCP_JSON_RESPONSE) in charge, as before the key existed.
-        json_response=True if serve.json_response else None,
-        # Host and Origin checked on a loopback bind (DNS rebinding), and on any bind for named hosts.
+        json_response=json_response,
         host_origin_protection="auto",
-        allowed_hosts=list(serve.allowed_hosts) or None,
+        allowed_hosts=allowed,
+        # Callers' SSE streams numbered, primed with `retry`, and resumable with Last-Event-ID.
+        **resumable_streams(json_response=json_response),
     )
+    config = uvicorn.Config(
+        app,
+        host=serve.host,
+        port=port,
+        timeout_keep_alive=KEEP_ALIVE_S,
+        http=serve.http,
+        access_log=serve.access_log,
+        timeout_graceful_shutdown=2,
+        lifespan="on",
+        log_level=fastmcp.settings.log_level.lower(),
+    )
+    await uvicorn.Server(config).serve()
+
+
+def _loopback(host: str) -> bool:
+    host = host.strip("[]").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _shown_store(text: str) -> str:

@@ -625,7 +625,9 @@ class ToolCache:
                 await self._managing.remove(found.key)
             return f"the delta's base is not held: {base.value}"
         held = self._leaves.get(found.key, found.item.tag, found.item.checksum)
-        made = patch_answer(base, decision.delta, reply.meta, self.settings.meta_key, base_leaves=held)
+        made = patch_answer(
+            base, decision.delta, reply.meta, self.settings.meta_key, base_leaves=held, base_size=found.entry.size
+        )
         match made:
             case Unpatched():
                 return made.reason
@@ -652,6 +654,7 @@ class ToolCache:
             reason,
             patched_by=reply_bytes,
             leaves=made.leaves,
+            size=made.size,
         )
 
     async def _serve_stored(

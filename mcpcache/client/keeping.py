@@ -85,16 +85,20 @@ class Keeping:
         *,
         patched_by: int | None = None,
         leaves: Leaves | None = None,
+        size: int | None = None,
     ) -> tuple[CallToolResult, CallOutcome]:
         """Return `reply` and keep it as `decision` says. `patched_by`: `reply` was built from a delta reply
         of that many bytes (what it saved is the answer's bytes less those); `leaves`: its tree digest's leaf
-        hashes, kept beside it once it is stored (`mcpcache.client.leaves`)."""
+        hashes, kept beside it once it is stored (`mcpcache.client.leaves`); `size`: a patched answer's bytes
+        on the wire, counted from the ops (`mcpcache.client.patching.Patched.size`): it is then encoded for
+        the store after it is returned, with the write."""
         await self._after_server_answer(conn, identity.tool, reply)
         encoded = None
+        later = patched_by is not None and size is not None
         if isinstance(decision, StoreAnswer):
             # What is certainly too large is known without encoding it; anything else, once encoded.
             too_large = decide_size(stored_size_at_least(reply), self.max_answer_bytes, at_least=True)
-            if too_large is None:
+            if too_large is None and not later:
                 encoded = encode_entry(reply)
                 too_large = decide_size(len(encoded.body), self.max_answer_bytes)
             decision = too_large or decision
@@ -102,10 +106,16 @@ class Keeping:
             case ReturnUnstored():
                 if decision.drop_entry and found is not None:
                     await self._remove(found.key)
-                saved = 0 if patched_by is None else bytes_saved(result_bytes(reply), patched_by)
+                answer = size if size is not None else result_bytes(reply)
+                saved = 0 if patched_by is None else bytes_saved(answer, patched_by)
                 return reply, CallOutcome(status, False, f"{lookup_reason}; {decision.reason}", saved)
             case StoreAnswer():
-                assert encoded is not None
+                if encoded is None:
+                    assert patched_by is not None
+                    assert size is not None
+                    return await self._keep_patched(
+                        identity, private_key, found, decision, reply, status, lookup_reason, patched_by, leaves, size
+                    )
             case _:
                 assert_never(decision)
         body = encoded.body
@@ -163,6 +173,67 @@ class Keeping:
                 why = "not stored" if trouble in lookup_reason else f"not stored: the store {trouble}"
             return reply, CallOutcome(status, False, f"{lookup_reason}; {why}", saved)
         return reply, CallOutcome(status, True, f"{lookup_reason}; {decision.reason}", saved)
+
+    async def _keep_patched(
+        self,
+        identity: CallIdentity,
+        private_key: str,
+        found: Found | None,
+        decision: StoreAnswer,
+        reply: CallToolResult,
+        status: Status,
+        lookup_reason: str,
+        patched_by: int,
+        leaves: Leaves | None,
+        size: int,
+    ) -> tuple[CallToolResult, CallOutcome]:
+        """Return a patched answer whose size is known from the ops, and encode and write it after: the
+        encode (about 10 ms for a 5 MB notebook) is most of what a read after an edit had left to do."""
+        meta = replace(
+            decision.meta,
+            size=size,
+            arguments=identity.readable_arguments(),
+            marks=(identity.mark_key(), identity.call_mark_key()),
+            era=identity.era,
+        )
+        arm = store_arm(meta.scope, self.share_public)
+        own = private_key if arm == "private" else identity.key("public", share_public=True)
+        if arm == "public":
+            await self._remove(private_key)  # the partition's own copy would shadow the shared one
+        elif found is not None and found.key != own:
+            await self._remove(found.key)
+        self._tier.discard(own)
+        await self._deferred.settled(own)
+        # Taken now: `reply` is the caller's to change once returned (unless it promised not to).
+        copy = reply if self.read_only_views else copy_result(reply)
+
+        async def write() -> None:
+            encoded = encode_entry(copy)
+            if encoded.size != size:  # a base entry whose recorded size was not its answer's
+                logger.warning("tool %r: a patched answer is %d bytes, not %d", identity.tool, encoded.size, size)
+            kept = replace(
+                meta, size=encoded.size, stored=len(encoded.body) if len(encoded.body) != encoded.size else 0
+            )
+            item = entry_item(kept, encoded.body, self.expires_at(kept), server=readable_server(identity.server))
+            too_large = decide_size(len(encoded.body), self.max_answer_bytes)
+            if too_large is None and await self._save_and_hold(own, item, kept, identity, lambda: copy):
+                if leaves is not None:
+                    self._leaves.put(own, kept.etag, body_checksum(item.body), leaves)
+                return
+            # The outcome counted it as stored when it was returned; it was too large, or the store kept a
+            # newer answer or failed.
+            self.stats.stored -= 1
+            self.stats.not_stored += 1
+            reason = too_large.reason if too_large is not None else "the store holds a newer one, or failed"
+            logger.info("tool %r: the patched answer was not stored: %s", identity.tool, reason)
+            if too_large is not None:
+                # The base it supersedes goes, as for a full answer too large to keep; not `_remove`,
+                # which would wait for this very write.
+                await self._store.remove(own)
+
+        await self._deferred.start(own, write, "storing a patched answer")
+        why = f"{decision.reason}, encoded and written to the store after the answer is returned"
+        return reply, CallOutcome(status, True, f"{lookup_reason}; {why}", bytes_saved(size, patched_by))
 
     async def _save_and_hold(
         self, own: str, item: Item, meta: EntryMeta, identity: CallIdentity, copy: Callable[[], CallToolResult]

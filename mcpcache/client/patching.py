@@ -25,14 +25,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import pydantic_core
 from mcp_types import CallToolResult
 
 from mcpcache import delta
 from mcpcache.canonical import CanonicalizationError
+from mcpcache.delta.applying import _tokens
 from mcpcache.delta.spec import DeltaError
 from mcpcache.delta.tree import TREE_DIGEST_PREFIX, TREE_FORMAT, Leaves, leaves_of, root_of, updated
 from mcpcache.etag import answer_digest
 from mcpcache.protocol import DELTA_KEY, SERVER_INFO_KEY, DeltaBlock
+from mcpcache.sizes import result_bytes
 
 __all__ = ["PatchResult", "Patched", "Unpatched", "patch_answer"]
 
@@ -40,11 +43,13 @@ __all__ = ["PatchResult", "Patched", "Unpatched", "patch_answer"]
 @dataclass(frozen=True)
 class Patched:
     """The new answer, verified: serve it and keep it as a full answer with its block would be kept.
-    `leaves`: its tree digest's leaf hashes, when the delta named it by one (kept for the next delta)."""
+    `leaves`: its tree digest's leaves, when the delta named it by one (kept for the next delta); `size`:
+    its length as the wire carries it (`mcpcache.sizes.result_bytes`), when known without encoding it."""
 
     result: CallToolResult
     reason: str
     leaves: Leaves | None = None
+    size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -67,12 +72,15 @@ def patch_answer(
     meta_key: str,
     *,
     base_leaves: Leaves | None = None,
+    base_size: int | None = None,
 ) -> PatchResult:
     """The answer `reply_delta` turns `base` into (`base`: a private copy of the stored answer whose tag is
     the delta's base; it is not changed, and the result may share its unchanged values), with the reply's
     block; or why not. `reply_meta`: the delta reply's `_meta`, as received. `base_leaves`: the tree
     digest's leaf hashes of exactly `base` (`mcpcache.client.leaves`), if held: only the leaves the ops
-    touch are then hashed; without them every leaf is (what the whole-answer digest costs)."""
+    touch are then hashed; without them every leaf is (what the whole-answer digest costs). `base_size`:
+    `base`'s length as the wire carries it, if known: the new answer's is then counted from the ops
+    (`Patched.size`)."""
     tree = reply_delta.format == TREE_FORMAT
     if reply_delta.digest.startswith(TREE_DIGEST_PREFIX) != tree:
         return Unpatched(f"the delta's digest is not of the form its format {reply_delta.format!r} names")
@@ -100,7 +108,83 @@ def patch_answer(
         return Unpatched("the patched answer's digest is not the one the server named")
     assert isinstance(reply_meta, Mapping)  # a reply with a parsed delta has a block, so a `_meta` object
     result = answer.model_copy(update={"meta": _new_meta(answer.meta, reply_meta, meta_key)})
-    return Patched(result, f"patched: {len(reply_delta.ops)} op(s) applied, digest verified", leaves)
+    size = None
+    if base_size is not None:
+        change = _size_change(document, delta.document_of(answer, meta_key), reply_delta.ops)
+        if change is not None:
+            size = base_size + change + _meta_bytes(result) - _meta_bytes(base)
+    return Patched(result, f"patched: {len(reply_delta.ops)} op(s) applied, digest verified", leaves, size)
+
+
+def _meta_bytes(result: CallToolResult) -> int:
+    """What `_meta` adds to an answer's length on the wire (with the rest of it empty)."""
+    return result_bytes(CallToolResult(content=[], meta=result.meta))
+
+
+def _size_change(base: dict[str, Any], new: dict[str, Any], ops: list[Any]) -> int | None:
+    """How much longer (in JSON bytes, as the wire carries them) the content and structured content of `new`
+    are than those of `base`, which `ops` turned into `new`, counted from what the ops changed only; None
+    for ops this does not follow (anything but splices and replaces, or ops whose paths overlap): the
+    caller measures the answer whole. Splices count the escaped length of what they remove and insert, a
+    replace the JSON of the old and the new value: JSON is written part by part, so lengths add up."""
+    change = 0
+    spliced: dict[str, tuple[int, int, str]] = {}  # path: (shift, end of the last splice, the base's string)
+    paths: list[list[str]] = []
+    try:
+        for op in ops:
+            name, path = op.get("op"), op.get("path")
+            if name == "test":
+                continue
+            tokens = _tokens(path, "size")
+            if tokens[:1] == ["_meta"]:
+                continue  # counted with the whole `_meta`
+            if tokens[:1] not in (["content"], ["structuredContent"]) or len(tokens) < 2:
+                return None
+            if name == "splice":
+                held = spliced.get(path)
+                if held is None:
+                    if any(_overlap(tokens, other) for other in paths):
+                        return None
+                    paths.append(tokens)
+                    text = _at(base, tokens)
+                    if type(text) is not str:
+                        return None
+                    held = (0, 0, text)
+                shift, last, text = held
+                offset, removed, insert = op["offset"], op["remove"], op["insert"]
+                if offset < last:
+                    return None  # a splice behind the last: where it lies in the base is not followed
+                start = offset - shift
+                change += _escaped(insert) - _escaped(text[start : start + removed])
+                spliced[path] = (shift + len(insert) - removed, offset + len(insert), text)
+            elif name == "replace" and tokens[0] == "structuredContent":
+                if any(_overlap(tokens, other) for other in paths):
+                    return None
+                paths.append(tokens)
+                change += len(pydantic_core.to_json(_at(new, tokens))) - len(pydantic_core.to_json(_at(base, tokens)))
+            else:
+                return None
+    except (DeltaError, KeyError, IndexError, TypeError, ValueError, pydantic_core.PydanticSerializationError):
+        return None
+    return change
+
+
+def _overlap(one: list[str], other: list[str]) -> bool:
+    shortest = min(len(one), len(other))
+    return one[:shortest] == other[:shortest]
+
+
+def _at(document: Any, tokens: list[str]) -> Any:
+    node = document
+    for token in tokens:
+        if type(node) is list and not token.isdigit():
+            raise KeyError(token)
+        node = node[int(token)] if type(node) is list else node[token]
+    return node
+
+
+def _escaped(text: str) -> int:
+    return len(pydantic_core.to_json(text)) - 2
 
 
 def _new_meta(patched: Mapping[str, Any] | None, reply_meta: Mapping[str, Any], meta_key: str) -> dict[str, Any]:

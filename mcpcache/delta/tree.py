@@ -12,8 +12,11 @@ concatenation, and each prefix below is ASCII followed by one NUL byte:
 - the answer's three parts are as the whole-answer digest takes them: the content blocks as sent, the
   structured content (absent reads as null), and `_meta` without the cache block and without
   `io.modelcontextprotocol/serverInfo` (nothing left reads as null);
-- each content block `b`: `H("mcpcache-tree/1 block" || J(b))`;
-  content: `C = H("mcpcache-tree/1 content" || h(b0) || h(b1) || ...)`;
+- each content block `b` whose member `text` is a string `t` (a text block):
+  `H("mcpcache-tree/1 text" || J(b without "text") || c0 || c1 || ...)`, with `ci = H("mcpcache-tree/1
+  chunk" || Ti)` for the chunks `T0 T1 ...` of the UTF-8 bytes of `t` (`mcpcache.delta.chunks`: boundaries
+  defined by the bytes around them, so a splice rehashes one or two chunks); any other block `b`:
+  `H("mcpcache-tree/1 block" || J(b))`; content: `C = H("mcpcache-tree/1 content" || h(b0) || h(b1) || ...)`;
 - structured content that is an object: each member `k: v` in RFC 8785 order (keys sorted by UTF-16 code
   units), `H("mcpcache-tree/1 member" || J(k) || J(v))` when `v` is not an array, and when it is,
   `H("mcpcache-tree/1 array" || J(k) || e0 || e1 || ...)` with `ei = H("mcpcache-tree/1 element" ||
@@ -42,6 +45,7 @@ from typing import Any, Final
 
 from mcpcache.canonical import CanonicalizationError, jcs
 from mcpcache.delta.applying import _tokens
+from mcpcache.delta.chunks import Chunks, Splice, chunks_of, rechunked
 from mcpcache.delta.spec import DeltaError
 from mcpcache.protocol import SERVER_INFO_KEY
 
@@ -61,6 +65,7 @@ TREE_FORMAT: Final = "json-patch+splice/2"
 TREE_DIGEST_PREFIX: Final = "sha256-tree1:"
 
 _BLOCK: Final = b"mcpcache-tree/1 block\x00"
+_TEXT: Final = b"mcpcache-tree/1 text\x00"
 _CONTENT: Final = b"mcpcache-tree/1 content\x00"
 _MEMBER: Final = b"mcpcache-tree/1 member\x00"
 _ARRAY: Final = b"mcpcache-tree/1 array\x00"
@@ -79,19 +84,37 @@ Member = bytes | tuple[bytes, ...]
 @dataclass(frozen=True, slots=True)
 class Leaves:
     """The leaf hashes of one answer. `members` is None when the structured content is not an object (then
-    `value` is its hash); `meta` is the hash of the `_meta` the digest covers."""
+    `value` is its hash); `meta` is the hash of the `_meta` the digest covers; `texts`, beside each block,
+    the chunks of its text (None: not a text block)."""
 
     blocks: tuple[bytes, ...]
     members: dict[str, Member] | None
     value: bytes
     meta: bytes
+    texts: tuple[Chunks | None, ...] = ()
 
     def root(self) -> str:
         return root_of(self)
 
 
-def _block(block: Any) -> bytes:
-    return _sha256(_BLOCK + jcs(block)).digest()
+def _block(block: Any) -> tuple[bytes, Chunks | None]:
+    """A block's leaf hash, and its text's chunks when it is a text block."""
+    if type(block) is dict:
+        text = block.get("text")
+        if type(text) is str:
+            chunks = chunks_of(text)
+            return _text_block(block, chunks), chunks
+    return _sha256(_BLOCK + jcs(block)).digest(), None
+
+
+def _text_block(block: dict[str, Any], chunks: Chunks) -> bytes:
+    rest = {key: value for key, value in block.items() if key != "text"}
+    return _sha256(_TEXT + jcs(rest) + chunks.hashes).digest()
+
+
+def _blocks(content: list[Any]) -> tuple[tuple[bytes, ...], tuple[Chunks | None, ...]]:
+    pairs = [_block(block) for block in content]
+    return tuple(pair[0] for pair in pairs), tuple(pair[1] for pair in pairs)
 
 
 def _element(value: Any) -> bytes:
@@ -134,11 +157,11 @@ def leaves_of(document: Mapping[str, Any]) -> Leaves:
     """Every leaf hash of an answer's document (`mcpcache.delta.answer_document`). Raises
     CanonicalizationError when a part has no RFC 8785 form (an integer beyond 2^53, say)."""
     content, structured, meta = _check_document(document)
-    blocks = tuple(_block(block) for block in content)
+    blocks, texts = _blocks(content)
     if type(structured) is dict:
         members = {key: _member(key, value) for key, value in structured.items()}
-        return Leaves(blocks, members, b"", _meta(meta))
-    return Leaves(blocks, None, _value(structured), _meta(meta))
+        return Leaves(blocks, members, b"", _meta(meta), texts)
+    return Leaves(blocks, None, _value(structured), _meta(meta), texts)
 
 
 def _member_hash(key: str, member: Member) -> bytes:
@@ -187,12 +210,27 @@ class _Whole(Exception):
     """An op the update does not follow in detail: the part it touches is recomputed whole."""
 
 
+class _Block:
+    """A block of the base, kept (with its text's chunks and the splices on its text, if a text block)."""
+
+    __slots__ = ("chunks", "digest", "splices")
+
+    def __init__(self, digest: bytes, chunks: Chunks | None) -> None:
+        self.digest = digest
+        self.chunks = chunks
+        self.splices: list[Splice] = []
+
+
 class _Update:
     """The base's leaves as lists, edited op by op as `apply` edits the document."""
 
     def __init__(self, base: Leaves, *, strict: bool = False) -> None:
         self.strict = strict
-        self.blocks: list[bytes] | None = list(base.blocks)
+        texts = base.texts or (None,) * len(base.blocks)
+        # A block to hash again is `_DIRTY`; every other is a `_Block`.
+        self.blocks: list[bytes | _Block] | None = [
+            _Block(digest, chunks) for digest, chunks in zip(base.blocks, texts, strict=True)
+        ]
         self.members: dict[str, list[bytes] | bytes] | None = (
             None if base.members is None else {key: _editable(m) for key, m in base.members.items()}
         )
@@ -207,6 +245,8 @@ class _Update:
         if name == "test":
             return
         path = _tokens(op.get("path", ""), "tree")
+        if name == "splice" and self.splice(path, op):
+            return
         if name == "move":
             self.edit(_tokens(op.get("from", ""), "tree"), "remove")
             self.edit(path, "add")
@@ -216,6 +256,21 @@ class _Update:
             self.edit(path, name)
         else:
             raise DeltaError(f"unknown op {name!r}")
+
+    def splice(self, tokens: list[str], op: dict[str, Any]) -> bool:
+        """Note a splice of a text block's text, to rechunk it; False: not one (the block is hashed again)."""
+        if len(tokens) != 3 or tokens[0] != "content" or tokens[2] != "text" or self.blocks is None:
+            return False
+        index, offset, removed, insert = tokens[1], op.get("offset"), op.get("remove"), op.get("insert")
+        if not index.isdigit() or (len(index) > 1 and index[0] == "0") or int(index) >= len(self.blocks):
+            return False
+        block = self.blocks[int(index)]
+        if not isinstance(block, _Block) or block.chunks is None or type(insert) is not str:
+            return False
+        if type(offset) is not int or type(removed) is not int or offset < 0 or removed < 0:
+            return False
+        block.splices.append((offset, removed, len(insert)))
+        return True
 
     def edit(self, tokens: list[str], name: str) -> None:
         if not tokens:
@@ -255,19 +310,20 @@ class _Update:
         blocks = self.blocks
         if blocks is None or len(blocks) != len(content):
             self.whole()
-            new_blocks = tuple(_block(block) for block in content)
+            new_blocks, texts = _blocks(content)
         else:
-            new_blocks = tuple(h or _block(content[i]) for i, h in enumerate(blocks))
+            pairs = [_kept(held, content[i]) for i, held in enumerate(blocks)]
+            new_blocks, texts = tuple(pair[0] for pair in pairs), tuple(pair[1] for pair in pairs)
         new_meta = _meta(meta) if self.meta_dirty else base.meta
         if not self.structured_touched:
-            return Leaves(new_blocks, base.members, base.value, new_meta)
+            return Leaves(new_blocks, base.members, base.value, new_meta, texts)
         if type(structured) is not dict:
             self.whole()
-            return Leaves(new_blocks, None, _value(structured), new_meta)
+            return Leaves(new_blocks, None, _value(structured), new_meta, texts)
         members = self.members
         if self.structured_whole or members is None or members.keys() != structured.keys():
             self.whole()
-            return Leaves(new_blocks, {k: _member(k, v) for k, v in structured.items()}, b"", new_meta)
+            return Leaves(new_blocks, {k: _member(k, v) for k, v in structured.items()}, b"", new_meta, texts)
         out: dict[str, Member] = {}
         for key, value in structured.items():
             held = members[key]
@@ -283,7 +339,7 @@ class _Update:
                 if held:  # not marked by an op: it was not expected to have changed shape
                     self.whole()
                 out[key] = _member(key, value)
-        return Leaves(new_blocks, out, b"", new_meta)
+        return Leaves(new_blocks, out, b"", new_meta, texts)
 
     def whole(self) -> None:
         """A part is hashed whole: refused when the caller holds only what the ops touched."""
@@ -291,11 +347,25 @@ class _Update:
             raise ValueError("the document's shape is not what the ops leave")
 
 
+def _kept(held: bytes | _Block, block: Any) -> tuple[bytes, Chunks | None]:
+    """A block's leaf: the base's when untouched, its text rechunked where spliced, else hashed again."""
+    if not isinstance(held, _Block):
+        return _block(block)
+    if not held.splices:
+        return held.digest, held.chunks
+    text = block.get("text") if type(block) is dict else None
+    chunks = None if held.chunks is None or type(text) is not str else rechunked(held.chunks, held.splices, text)
+    if chunks is None:
+        return _block(block)
+    assert type(block) is dict
+    return _text_block(block, chunks), chunks
+
+
 def _editable(member: Member) -> list[bytes] | bytes:
     return list(member) if isinstance(member, tuple) else member
 
 
-def _edit_list(hashes: list[bytes], token: str, name: str, *, deeper: bool) -> None:
+def _edit_list(hashes: list[Any], token: str, name: str, *, deeper: bool) -> None:
     """Follow one op on an array's element hashes: below an element marks it; at an element, `add`
     inserts, `remove` takes out, anything else marks."""
     if token == "-" and name == "add" and not deeper:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from mcpcache.gateway.decisions import Route
 from mcpcache.gateway.declared import Declared, client_options
 from mcpcache.gateway.deltas import GatewayDeltas
 from mcpcache.gateway.history import DEFAULT_HISTORY_BYTES, StoreHistory
+from mcpcache.gateway.listen import Learned, ListenerFactory
 from mcpcache.gateway.memory import ReleaseMemoryAfterLargeAnswers
 from mcpcache.gateway.middleware import GatewayMiddleware, PartitionCaches, gateway_cache_settings
 from mcpcache.gateway.passthrough import PassedUpstream, SubscriberFactory, install_passthrough
@@ -88,6 +89,10 @@ class Upstream:
     """A stdio upstream's stderr, held until it has answered (`reach_upstreams`), then passed on."""
     subscriber: SubscriberFactory | None = None
     """Opens a session of its own for one caller's resource subscriptions (HTTP upstreams only)."""
+    listener: ListenerFactory | None = None
+    """Opens a 2026-07-28 session of its own for one caller's listen stream (HTTP upstreams only)."""
+    learned: Learned = field(default_factory=Learned)
+    """What the gateway learned of it when it reached it at start (`reach_upstreams` records it)."""
 
 
 def _headers(settings: UpstreamSettings, environ: Mapping[str, str]) -> dict[str, str]:
@@ -121,6 +126,10 @@ def _front() -> _Front | None:
     return _Front(mode, Declared.of(session.client_capabilities, params.client_info if params else None))
 
 
+async def _ignore(message: Any) -> None:
+    return None
+
+
 def upstream_of(
     name: str, settings: UpstreamSettings, environ: Mapping[str, str], *, hold_stderr: bool = False
 ) -> Upstream:
@@ -149,7 +158,9 @@ def upstream_of(
             settings.url, headers=headers, verify=httpx2.create_ssl_context(), max_sse_event_size=None
         )
         forward = settings.forward_headers
-        base: ProxyClient[Any] = ProxyClient(http, forward_incoming_headers=forward)
+        # Outside a caller's request (the start-up check): the upstream's best era, whose capabilities say what
+        # its listen streams deliver (`mcpcache.gateway.listen`).
+        base: ProxyClient[Any] = ProxyClient(http, forward_incoming_headers=forward, mode="auto")
         # One client to copy per distinct caller declaration (capabilities and clientInfo), most recent kept.
         declared_bases: LRUCache[Declared, ProxyClient[Any]] = LRUCache(maxsize=DECLARATIONS_KEPT)
 
@@ -173,7 +184,12 @@ def upstream_of(
                 http, forward_incoming_headers=forward, message_handler=handler, mode="legacy", **options
             )
 
-        return Upstream(name, settings, server_id, http_factory, None, subscriber=subscriber)
+        def listener(declared: Declared, version: str) -> Client[Any]:
+            # Its messages are the listen stream's, which the SDK's listen driver reads; none is relayed as is.
+            options = client_options(declared)
+            return ProxyClient(http, forward_incoming_headers=forward, message_handler=_ignore, mode=version, **options)
+
+        return Upstream(name, settings, server_id, http_factory, None, subscriber=subscriber, listener=listener)
     assert settings.command is not None
     program, *args = settings.command
     env = dict(settings.env) if settings.env is not None else None
@@ -327,7 +343,12 @@ def assemble_gateway(
     )
     install_passthrough(
         server,
-        [PassedUpstream(up.name, up.settings.namespace or "", up.client_factory, up.subscriber) for up in upstreams],
+        [
+            PassedUpstream(
+                up.name, up.settings.namespace or "", up.client_factory, up.subscriber, up.listener, up.learned
+            )
+            for up in upstreams
+        ],
     )
     server.middleware.insert(0, middleware)
     server.middleware.insert(0, ReleaseMemoryAfterLargeAnswers())

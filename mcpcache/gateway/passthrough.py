@@ -1,5 +1,5 @@
 """The requests FastMCP's proxy does not pass through, passed through: argument completion and resource
-subscriptions.
+subscriptions (and, on 2026-07-28, listen streams: `mcpcache.gateway.listen`).
 
 FastMCP's `ProxyProvider` relays tools, resources, prompts and their lists, but answers
 `completion/complete`, `resources/subscribe` and `resources/unsubscribe` with "Method not found", so an
@@ -29,11 +29,20 @@ import mcp_types as mt
 from mcp.shared.exceptions import MCPError
 
 from mcpcache.gateway.declared import Declared
+from mcpcache.gateway.listen import Learned, ListenerFactory, install_listen
 
 if TYPE_CHECKING:
     from fastmcp import Client, FastMCP
 
-__all__ = ["PassedUpstream", "SubscriberFactory", "Subscriptions", "install_passthrough", "local_name", "local_uri"]
+__all__ = [
+    "PassedUpstream",
+    "SubscriberFactory",
+    "Subscriptions",
+    "install_passthrough",
+    "local_name",
+    "local_uri",
+    "route_uri",
+]
 
 _URI = re.compile(r"^([^:]+://)(.*)$")
 
@@ -73,6 +82,10 @@ class PassedUpstream:
     """A client for one request, in the caller's era and with the caller's declaration."""
     subscriber: SubscriberFactory | None
     """None: the upstream cannot hold a session per caller (stdio), and takes no subscriptions."""
+    listener: ListenerFactory | None = None
+    """Opens a 2026-07-28 session for one caller's listen stream; None: the gateway relays none (stdio)."""
+    learned: Learned = field(default_factory=Learned)
+    """What the gateway learned of the upstream when it reached it at start."""
 
 
 def _route(
@@ -84,6 +97,11 @@ def _route(
         if found is not None:
             return upstream, found
     raise MCPError(code=mt.INVALID_PARAMS, message=f"No upstream serves {key!r}")
+
+
+def route_uri(upstreams: Sequence[PassedUpstream], uri: str) -> tuple[PassedUpstream, str]:
+    """The upstream that serves a resource the gateway lists as `uri`, and its own URI for it."""
+    return _route(upstreams, local_uri, uri)
 
 
 def completion_handler(upstreams: Sequence[PassedUpstream]) -> Callable[..., Any]:
@@ -195,3 +213,4 @@ def install_passthrough(server: FastMCP[Any], upstreams: Sequence[PassedUpstream
     low = server._mcp_server
     low.add_request_handler("resources/subscribe", mt.SubscribeRequestParams, subscriptions.subscribe)
     low.add_request_handler("resources/unsubscribe", mt.UnsubscribeRequestParams, subscriptions.unsubscribe)
+    install_listen(server, upstreams, lambda uri: route_uri(upstreams, uri))

@@ -38,6 +38,8 @@ async def _reach(upstream: Upstream) -> None:
     client = upstream.client_factory()
     async with client:
         tools = await client.list_tools()
+        upstream.learned.capabilities = client.server_capabilities
+        upstream.learned.version = client.protocol_version
     listed = {tool.name for tool in tools}
     missing = [name for name in upstream.settings.tools if name not in listed]
     if missing:

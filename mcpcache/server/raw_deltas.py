@@ -163,7 +163,13 @@ def raw_tag_leaves(domain: bytes, value: Any, *, walked: bool = False) -> tuple[
             written += len(name)
             if type(item) is list:
                 parts = [orjson.dumps(element) for element in item]
-                update(b"[" + b",".join(parts) + b"]")  # the elements' JSON, as one list's
+                # The elements' JSON, as one list's, fed piece by piece: joined, it was two 5 MB copies.
+                update(b"[")
+                for position, part in enumerate(parts):
+                    if position:
+                        update(b",")
+                    update(part)
+                update(b"]")
                 written += 2 + sum(len(part) for part in parts) + max(len(parts) - 1, 0)
                 leaves[key] = Digests(b"".join(hashed(part) for part in parts))
             else:

@@ -21,6 +21,7 @@ from mcpcache.client.entries import TOOLS_GROUP, decode_result
 from mcpcache.client.policy import EntryMeta
 from mcpcache.delta import FORMATS
 from mcpcache.protocol import ACCEPT_DELTA_KEY, META_KEY
+from mcpcache.sizes import result_bytes
 from mcpcache.stores import MemoryStore, Store
 from mcpcache.stores.items import Match
 
@@ -113,7 +114,7 @@ async def test_an_edited_answer_comes_as_a_delta_and_is_patched(
 
 
 async def test_a_patched_answer_is_stored_as_served_whatever_its_caller_does_with_it(
-    backend: Backend, opened: Store
+    backend: Backend, opened: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The patched answer is written to the store after it is returned: what is written is the answer as
     served, even when the caller changes the result it got before the write lands; a lookup in the process
@@ -141,9 +142,40 @@ async def test_a_patched_answer_is_stored_as_served_whatever_its_caller_does_wit
         seen = await conn.call("read", KEY)
         assert seen.outcome.status == "fresh_hit"
         assert plain(seen.result) == served
-    _meta, body = await stored_item_of(opened, "read")
+    meta, body = await stored_item_of(opened, "read")
     assert plain(decode_result(body)) == served
     assert (cache.stats.stored, cache.stats.not_stored) == (2, 1)  # the edit is never stored
+    # Its size was counted from the ops before it was encoded (after it was returned): the very bytes the
+    # encoding measures, so what the outcome said it saved was exact.
+    stored = decode_result(body)
+    assert stored is not None
+    assert meta.size == result_bytes(stored)
+    assert "a patched answer is" not in caplog.text
+
+
+async def test_a_patched_answer_found_too_large_when_written_is_not_kept(clock: FakeClock) -> None:
+    """Its size is known from the ops and it is encoded after it is returned: when the body turns out above
+    `max_answer_bytes`, the write keeps nothing, drops the base it supersedes, and corrects the counts."""
+    store = MemoryStore(clock=clock)
+    lab = Lab()
+    lab.docs.write("k", edition(1))
+    target = ServerTarget.memory(build_lab("fastmcp", lab))
+    async with connect(
+        "mcp", target, MODERN, ToolCache(store, CacheSettings(trusted=True), clock=clock), server_id=SERVER_ID
+    ) as conn:
+        await conn.call("read", KEY)
+    _meta, body = await stored_item_of(store, "read")
+    cache = ToolCache(store, CacheSettings(trusted=True, max_answer_bytes=len(body) + 40), clock=clock)
+    async with connect("mcp", target, MODERN, cache, server_id=SERVER_ID) as conn:
+        await conn.call("edit", {"key": "k", "text": edition(2) + " and a few more words" * 10})
+        clock.advance(0.001)
+        with anyio.fail_after(10):  # the write must not wait for itself
+            patched = await conn.call("read", KEY)
+            assert patched.outcome.status == "patched", patched.outcome.reason
+            assert plain(patched.result) == plain(await conn.direct("read", KEY))
+            await cache.flush()
+    assert [entry async for entry in store.entries(Match(TOOLS_GROUP, tool="read"))] == []
+    assert (cache.stats.stored, cache.stats.not_stored) == (0, 2)  # the edit, and the patched answer
 
 
 @pytest.mark.parametrize("era", ERAS)

@@ -15,6 +15,7 @@ Run: `python stdio_relay.py PORT -- COMMAND...`.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import sys
@@ -74,12 +75,18 @@ class StdioPeer:
         if "id" in message and "method" not in message:  # a response
             waiting = self.pending.pop(message["id"], None)
             if waiting is not None:
-                await waiting.stream.send({**message, "id": waiting.original_id})
+                await self._deliver(waiting, {**message, "id": waiting.original_id})
                 waiting.stream.close()
             return
         token = (message.get("params") or {}).get("progressToken")
         targets = [p for p in self.pending.values() if token is None or p.progress_token == token]
         for waiting in targets[-1:] if "id" in message else targets:  # a request to the host goes once
+            await self._deliver(waiting, message)
+
+    async def _deliver(self, waiting: _Pending, message: dict[str, Any]) -> None:
+        # The suite may have stopped reading a stream (a listen stream it read enough of) while the server
+        # still writes to it: that stream's messages are dropped, the others still relayed.
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
             await waiting.stream.send(message)
 
     async def send(self, message: dict[str, Any]) -> None:

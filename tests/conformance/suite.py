@@ -45,6 +45,7 @@ class Verdict:
     failures: tuple[str, ...]
     warnings: tuple[str, ...]
     checks: int
+    skipped: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -94,22 +95,24 @@ def read_verdicts(folder: Path) -> dict[str, Verdict]:
         checks = json.loads(checks_file.read_text(encoding="utf-8"))
         failures = tuple(str(c.get("id")) for c in checks if c.get("status") == "FAILURE")
         warnings = tuple(str(c.get("id")) for c in checks if c.get("status") == "WARNING")
-        verdicts[match["name"]] = Verdict(match["name"], failures, warnings, len(checks))
+        skipped = tuple(str(c.get("id")) for c in checks if c.get("status") == "SKIPPED")
+        verdicts[match["name"]] = Verdict(match["name"], failures, warnings, len(checks), skipped)
     return verdicts
 
 
 def without(verdicts: Mapping[str, Verdict], scenarios: frozenset[str], checks: frozenset[str]) -> dict[str, Verdict]:
     """The verdicts less the named scenarios, and less the named checks' failures in the others."""
     return {
-        name: Verdict(name, tuple(f for f in v.failures if f not in checks), v.warnings, v.checks)
+        name: Verdict(name, tuple(f for f in v.failures if f not in checks), v.warnings, v.checks, v.skipped)
         for name, v in verdicts.items()
         if name not in scenarios
     }
 
 
 def losses(direct: Mapping[str, Verdict], through: Mapping[str, Verdict], *, only_run: bool = False) -> dict[str, str]:
-    """Scenarios that pass directly and not through the other: name -> what failed there (`only_run`:
-    among the scenarios run through the other)."""
+    """Scenarios that pass directly and not through the other, or pass with warnings or skipped checks they
+    do not have directly: name -> what failed, warned or was skipped there (`only_run`: among the scenarios
+    run through the other)."""
     lost: dict[str, str] = {}
     for name, verdict in direct.items():
         if not verdict.passed or (only_run and name not in through):
@@ -119,6 +122,8 @@ def losses(direct: Mapping[str, Verdict], through: Mapping[str, Verdict], *, onl
             lost[name] = "not run"
         elif not other.passed:
             lost[name] = other.short()
+        elif weaker := sorted(set(other.warnings + other.skipped) - set(verdict.warnings + verdict.skipped)):
+            lost[name] = "warned or skipped " + ", ".join(weaker)
     return lost
 
 

@@ -113,13 +113,17 @@ def test_the_everything_server_passes_what_it_was_written_for(verdicts: dict[str
 
 GATEWAY_LOSSES: frozenset[str] = frozenset()
 """What is still lost through the gateway, each to be fixed: a loss not named here fails the test, and so
-does a name here that no longer is one (take it out when its fix lands)."""
+does a name here that no longer is one (take it out when its fix lands). A scenario that passes with a
+warning or a skipped check it does not have directly is lost too (`server-sse-polling` without the
+gateway's event store; `server-stateless` without its relay of `subscriptions/listen`)."""
 
 KNOWN_LOSSES: dict[str, frozenset[str]] = {
     "gateway (default)": GATEWAY_LOSSES,
     "gateway (cacheable)": GATEWAY_LOSSES,
     "proxy": frozenset(),
-    "proxy @2026": frozenset(),
+    # The proxy relays no `subscriptions/listen` (FastMCP's proxy answers its discovery without listChanged):
+    # server-stateless skips the listen checks it runs directly.
+    "proxy @2026": frozenset({"server-stateless"}),
 }
 
 

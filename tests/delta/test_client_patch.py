@@ -22,6 +22,7 @@ from mcpcache.client.patching import Patched, Unpatched, patch_answer
 from mcpcache.delta import FORMAT, DeltaError, diff, result_of
 from mcpcache.etag import answer_digest
 from mcpcache.protocol import META_KEY, SERVER_INFO_KEY, DeltaBlock, parse_cache_block
+from mcpcache.sizes import result_bytes
 
 property_test = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=150)
 
@@ -62,7 +63,7 @@ def patched_from(base: CallToolResult, reply_meta: dict[str, Any]) -> Patched | 
     assert block is not None
     delta = block.delta
     assert isinstance(delta, DeltaBlock)
-    return patch_answer(base, delta, reply_meta, META_KEY)
+    return patch_answer(base, delta, reply_meta, META_KEY, base_size=result_bytes(base))
 
 
 @property_test
@@ -83,6 +84,26 @@ def test_a_delta_rebuilds_the_new_answer_as_sent_whole(pair: tuple[dict[str, Any
     assert isinstance(made, Patched), made
     assert wire(made.result) == wire(new)  # the block and serverInfo included
     assert orjson.dumps(wire(base)) == before  # the base was not changed
+    # Counted from the ops, when they are splices and replaces: exactly what encoding it measures.
+    assert made.size is None or made.size == result_bytes(made.result)
+
+
+def test_the_size_of_an_answer_after_splices_and_replaces_is_counted_from_the_ops() -> None:
+    text = '{"cells":[{"source":"x = 1"},{"source":"y = \\"\u00e9\\""}]}'
+    old = {"content": [{"type": "text", "text": text}], "structuredContent": {"cells": [{"source": "x = 1"}]}}
+    new_text = text.replace("x = 1", 'x = "2"\n')
+    new = {"content": [{"type": "text", "text": new_text}], "structuredContent": {"cells": [{"source": "x = 2"}]}}
+    base, after = answer(old, OLD_BLOCK), answer(new, NEW_BLOCK)
+    assert base is not None
+    assert after is not None
+    ops = [
+        {"op": "splice", "path": "/content/0/text", "offset": text.index("x = 1") + 4, "remove": 1, "insert": '"2"\n'},
+        {"op": "replace", "path": "/structuredContent/cells/0/source", "value": "x = 2"},
+    ]
+    made = patched_from(base, delta_reply_meta(after, orjson.dumps(ops)))
+    assert isinstance(made, Patched), made
+    assert wire(made.result) == wire(after)
+    assert made.size == result_bytes(made.result)
 
 
 @property_test

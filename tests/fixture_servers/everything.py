@@ -26,7 +26,13 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.server.streamable_http import EventCallback, EventMessage, EventStore
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, PromptsListChanged, ToolsListChanged
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ListenHandler,
+    PromptsListChanged,
+    ResourceUpdated,
+    ToolsListChanged,
+)
 from mcp.shared.exceptions import MCPError
 
 NAME = "mcpcache-everything"
@@ -382,6 +388,7 @@ async def _asking_tool(
         case "test_touch_watched":  # not the suite's: tells subscribers test://watched-resource changed
             for subscriber in list(state.subscriptions.get("test://watched-resource", {}).values()):
                 await subscriber.send_resource_updated("test://watched-resource")
+            await state.bus.publish(ResourceUpdated("test://watched-resource"))  # 2026-07-28 listeners
             return _text("touched")
         case "test_trigger_tool_change":
             await state.bus.publish(ToolsListChanged())

@@ -145,8 +145,15 @@ def tree_digest(result: dict[str, Any]) -> str:
     def j(value: Any) -> bytes:
         return canonical(value, "digest")
 
+    def block_hash(block: Any) -> bytes:
+        if type(block) is dict and type(block.get("text")) is str:
+            rest = {key: value for key, value in block.items() if key != "text"}
+            chunks = (h("mcpcache-tree/1 chunk", chunk) for chunk in text_chunks(block["text"]))
+            return h("mcpcache-tree/1 text", j(rest), *chunks)
+        return h("mcpcache-tree/1 block", j(block))
+
     document = answer_document(result)
-    content = h("mcpcache-tree/1 content", *(h("mcpcache-tree/1 block", j(block)) for block in document["content"]))
+    content = h("mcpcache-tree/1 content", *(block_hash(block) for block in document["content"]))
     structured = document["structuredContent"]
     if type(structured) is dict:
         members = []
@@ -162,3 +169,36 @@ def tree_digest(result: dict[str, Any]) -> str:
         structured_hash = h("mcpcache-tree/1 value", j(structured))
     meta = h("mcpcache-tree/1 meta", j(document["meta"]))
     return "sha256-tree1:" + h("mcpcache-tree/1 root", content, structured_hash, meta).hex()
+
+
+TREE_MARKS = 0x63E7DD428A71B5CA91366E74D1D09929
+TREE_PATTERN = (1, 0, 1, 1, 0, 1, 0, 0, 1, 1, 0, 1)
+
+
+def text_chunks(text: str) -> list[bytes]:
+    """A text's chunks for the tree digest, byte by byte as docs/protocol.md words the rule."""
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise NoCanonicalForm("a lone surrogate") from None
+    marks = [(TREE_MARKS >> byte) & 1 if byte < 0x80 else 0 for byte in data]
+    width, low, high = len(TREE_PATTERN), 4096, 65536
+    chunks, start, n = [], 0, len(data)
+    while start < n:
+        end = None
+        # The first occurrence of the pattern that ends at or after start + low and at or before
+        # min(n, start + high).
+        for stop in range(start + low, min(n, start + high) + 1):
+            if tuple(marks[stop - width : stop]) == TREE_PATTERN:
+                end = stop
+                break
+        if end is None:
+            if n - start <= high:
+                end = n
+            else:
+                end = start + high
+                while data[end] & 0xC0 == 0x80:  # the last character boundary at or before start + high
+                    end -= 1
+        chunks.append(data[start:end])
+        start = end
+    return chunks

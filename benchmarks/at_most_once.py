@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from support.relay import Relay  # the tests' relay: one home for the losses it makes
 
 import mcpcache
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.processes import free_port
 from mcpcache.stores import MemoryStore
 
@@ -99,7 +99,9 @@ async def run_config(config: str, url: str, calls: int, concurrency: int, dead_a
             async with mcp.Client(url) as client:
                 view: Any = None
                 if config != "stock":
-                    view = ToolCache(MemoryStore(), trusted=config == "trusted").wrap(client, server_id=f"bench-{tag}")
+                    view = ToolCache(MemoryStore(), CacheSettings(trusted=config == "trusted")).wrap(
+                        client, server_id=f"bench-{tag}"
+                    )
 
                 async def caller(client: mcp.Client, view: Any) -> None:
                     nonlocal left, in_a_row, dead

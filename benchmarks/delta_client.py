@@ -12,7 +12,7 @@ in an order shuffled per round. The cached reads are timed by phase, by wrapping
   receives and parses it);
 - patch: the private copy of the stored answer, the ops and the digest (`patch_answer`, deltas only);
 - schema check: the client's output-schema check of the new answer (`Connection.validate`);
-- store: encoding the answer for the store and saving it (`ToolCache._keep`).
+- store: encoding the answer for the store and saving it (`Keeping.keep`).
 
 Figures are medians over the rounds, with p10-p90, and the stock read of the same round over each cached
 read (the speed-up, per round).
@@ -40,10 +40,11 @@ import mcp
 from mcp.client.streamable_http import streamable_http_client
 
 import mcpcache.client.cache as cache_module
+import mcpcache.client.keeping as keeping
 import mcpcache.client.wrappers as wrappers
 from mcpcache.bench.common import machine, percentile
 from mcpcache.bench.worker import HTTP_MAX_EVENT_BYTES
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.demo.notebooks import generate_notebook_of_size
 from mcpcache.processes import accepts, free_port, stop_process
 from mcpcache.stores import SQLiteStore
@@ -84,7 +85,7 @@ def instrument() -> None:
     _timed(wrappers._SessionConnection, "send", "server and wire")
     _timed(wrappers._SessionConnection, "validate", "schema check")
     _timed(cache_module, "patch_answer", "patch", is_async=False)
-    _timed(cache_module.ToolCache, "_keep", "store")
+    _timed(keeping.Keeping, "keep", "store")
 
 
 def spread(values: list[float]) -> str:
@@ -108,8 +109,12 @@ async def run(rounds: int, folder: Path, seed: int, port: int, server: subproces
     statuses: dict[str, list[str]] = {"deltas": [], "no deltas": []}
     async with connect() as stock, connect() as with_deltas, connect() as without:
         views = {
-            "deltas": ToolCache(SQLiteStore(folder / "deltas.db"), deltas=True).wrap(with_deltas, server_id=url),
-            "no deltas": ToolCache(SQLiteStore(folder / "whole.db"), deltas=False).wrap(without, server_id=url),
+            "deltas": ToolCache(SQLiteStore(folder / "deltas.db"), CacheSettings(deltas=True)).wrap(
+                with_deltas, server_id=url
+            ),
+            "no deltas": ToolCache(SQLiteStore(folder / "whole.db"), CacheSettings(deltas=False)).wrap(
+                without, server_id=url
+            ),
         }
         for view in views.values():
             await view.call("read_notebook", read)  # the first read: a miss for both, stored

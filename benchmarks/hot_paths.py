@@ -8,7 +8,7 @@
    - `memory`, `sqlite`: `ToolCache(MemoryStore())` / `ToolCache(SQLiteStore(file))` wrapping a client of
      the validator server: every read revalidates (ttl 0) and serves the stored answer (steady state: the
      stored answer was checked against the output schema once);
-   - `memory-view`, `sqlite-view`: the same with `ToolCache(read_only_views=True)` (the opt-in that serves the
+   - `memory-view`, `sqlite-view`: the same with `CacheSettings(read_only_views=True)` (the opt-in that serves the
      held answer itself, no copy), when this mcpcache has it.
    Each round takes the full read once and then the cheap configurations alternately, call by call, the
    order flipped every call (`--reps` calls each); a round's value for a configuration is the median of its
@@ -22,12 +22,19 @@
    block of round trips and a block of hits per configuration, blocks in a shuffled order; a round's value is
    its block's median; the ratio round trip ÷ hit is taken per round.
 
-Run:  python benchmarks/hot_paths.py                      (both parts, about two minutes)
+3. `miss`: a small miss (about 1 KB, the same in-memory server) against the round trip it wraps: every call
+   through `ToolCache(MemoryStore())` is a miss because the cache keeps nothing (`max_answer_bytes=1`), so
+   what is measured is the miss path's own cost (fresh check, naming, lookup, the decision), not a store write.
+   Round trip and miss alternate call by call; each round's value is the median of its calls, in CPU time of
+   this process (client and server both run in it) and in wall time; the ratio miss ÷ round trip per round.
+
+Run:  python benchmarks/hot_paths.py                      (all three parts, about three minutes)
       python benchmarks/hot_paths.py --only unchanged --rounds 40
       python benchmarks/hot_paths.py --only fresh
+      python benchmarks/hot_paths.py --only miss --rounds 30
       python benchmarks/hot_paths.py --quick                (a smoke run: few rounds, not for the docs)
       python benchmarks/hot_paths.py --json out.json        (also the raw per-round values)
-      python benchmarks/hot_paths.py --profile unchanged|fresh   (cProfile of the cached path, no timing)
+      python benchmarks/hot_paths.py --profile unchanged|fresh|miss   (cProfile of the cached path, no timing)
 """
 
 from __future__ import annotations
@@ -60,7 +67,7 @@ from mcpcache.bench.common import machine, percentile
 from mcpcache.client import ToolCache
 from mcpcache.demo.notebooks import generate_notebook_of_size
 from mcpcache.protocol import META_KEY, conditional_request_meta
-from mcpcache.stores import MemoryStore, SQLiteStore
+from mcpcache.stores import MemoryStore, SQLiteStore, Store
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from client_overhead import build_table_server, calibrate_rows, http_demo_server
@@ -68,8 +75,22 @@ from client_overhead import build_table_server, calibrate_rows, http_demo_server
 MB = 1_000_000
 NOTEBOOK_BYTES = 5 * MB
 HTTP_MAX_EVENT_BYTES = 1024 * 1024 * 1024
-VIEWS = "read_only_views" in inspect.signature(ToolCache).parameters
+try:
+    from mcpcache.client import CacheSettings
+except ImportError:  # an mcpcache from before the settings object: its settings were ToolCache's keywords
+    CacheSettings = None  # type: ignore[assignment,misc]
+VIEWS = CacheSettings is not None or "read_only_views" in inspect.signature(ToolCache).parameters
 """Whether this mcpcache has the read-only view opt-in (so the same script measures before and after it)."""
+
+
+def tool_cache(store: Store, **settings: Any) -> ToolCache:
+    """A `ToolCache` with these settings, as this mcpcache takes them (so the script measures before and after
+    the settings object)."""
+    if CacheSettings is None:
+        return ToolCache(store, **settings)
+    return ToolCache(store, CacheSettings(**settings))
+
+
 Call = Callable[[], Awaitable[object]]
 
 
@@ -123,8 +144,7 @@ async def http_client(url: str) -> AsyncIterator[mcp.Client]:
 
 def _cache(kind: str, tmp: Path) -> ToolCache:
     store = MemoryStore() if kind.startswith("memory") else SQLiteStore(tmp / f"{kind}.db")
-    options: dict[str, Any] = {"read_only_views": True} if kind.endswith("-view") else {}
-    return ToolCache(store, **options)
+    return tool_cache(store, **({"read_only_views": True} if kind.endswith("-view") else {}))
 
 
 async def unchanged(rounds: int, reps: int, errlog: TextIO, profile: bool) -> dict[str, Any]:
@@ -361,6 +381,90 @@ def render_fresh(r: dict[str, Any]) -> list[str]:
     return out
 
 
+# --- 3. small misses -------------------------------------------------------------------------------------------
+
+MISS_TRIPS = 40
+"""Round trips and misses per round and configuration."""
+
+
+async def miss(rounds: int, profile: bool) -> dict[str, Any]:
+    """A small miss against the round trip it wraps: `ToolCache(MemoryStore())` with `max_answer_bytes=1`, so
+    the answer is never kept and every call goes the miss path (the view's fresh check, naming the call,
+    the lookup, the request, the decision not to keep it), against the stock client's call alone."""
+    server = build_table_server()
+    rows, size = await calibrate_rows(server, 1_000)
+    args = {"rows": rows}
+    async with mcp.Client(InMemoryTransport(server._mcp_server)) as client:
+        await client.list_tools()
+        cache = tool_cache(MemoryStore(), max_answer_bytes=1)
+        view = cache.wrap(client)
+
+        async def trip() -> object:
+            return await client.call_tool("table", args)
+
+        async def missed() -> object:
+            return await view.call_tool("table", args)
+
+        arms: dict[str, Call] = {"trip": trip, "miss": missed}
+        for call in arms.values():
+            for _ in range(20):
+                await call()
+        if profile:
+            print("\n#### cProfile: 3000 misses, 1 KB, memory\n", file=sys.stderr)
+            print(await profile_calls(missed, 3000), file=sys.stderr)
+        wall: dict[str, list[float]] = {name: [] for name in arms}
+        cpu: dict[str, list[float]] = {name: [] for name in arms}
+        for index in range(rounds):
+            print(f"miss: round {index + 1} of {rounds}...", file=sys.stderr)
+            samples: dict[str, list[tuple[float, float]]] = {name: [] for name in arms}
+            gc.collect()
+            with gc_paused():
+                for pair in range(MISS_TRIPS):  # call by call, the order flipped every pair
+                    for name in ("trip", "miss") if pair % 2 == 0 else ("miss", "trip"):
+                        samples[name].append(await timed_cpu(arms[name]))
+            for name, taken in samples.items():
+                wall[name].append(statistics.median(w for w, _ in taken))
+                cpu[name].append(statistics.median(c for _, c in taken))
+        misses = cache.stats.misses
+
+    def ratio(values: dict[str, list[float]]) -> dict[str, float]:
+        return spread([m / t for m, t in zip(values["miss"], values["trip"], strict=True)])
+
+    def minus(values: dict[str, list[float]]) -> dict[str, float]:
+        return spread([(m - t) * 1e6 for m, t in zip(values["miss"], values["trip"], strict=True)])
+
+    return {
+        "rounds": rounds,
+        "answer_bytes": size,
+        "us": {name: spread([v * 1e6 for v in values]) for name, values in wall.items()},
+        "cpu_us": {name: spread([v * 1e6 for v in values]) for name, values in cpu.items()},
+        "over_trip_us": minus(wall),
+        "cpu_over_trip_us": minus(cpu),
+        "miss_over_trip": ratio(wall),
+        "cpu_miss_over_trip": ratio(cpu),
+        "misses": misses,
+        "per_round_s": {"wall": wall, "cpu": cpu},
+    }
+
+
+def render_miss(r: dict[str, Any]) -> list[str]:
+    return [
+        "### Small misses against the round trip they wrap (SDK `mcp.Client`, in-process FastMCP server)",
+        "",
+        f"{r['rounds']} rounds of {MISS_TRIPS} calls of each, alternating call by call; median [p10–p90] over the "
+        "rounds of the per-round medians. The cache keeps nothing (`max_answer_bytes=1`): every call is a miss. "
+        "CPU is this process's (client and in-process server), less disturbed by a loaded machine than wall time.",
+        "",
+        "| answer | measure | round trip, µs | miss, µs | miss minus round trip, µs | miss ÷ round trip | misses |",
+        "|---|---|---|---|---|---|---|",
+        f"| 1 KB ({r['answer_bytes']:,} B) | CPU | {show(r['cpu_us']['trip'], '{:.0f}')} "
+        f"| {show(r['cpu_us']['miss'], '{:.0f}')} | {show(r['cpu_over_trip_us'], '{:.0f}')} "
+        f"| {show(r['cpu_miss_over_trip'], '{:.3f}')} | {r['misses']} |",
+        f"| | wall | {show(r['us']['trip'], '{:.0f}')} | {show(r['us']['miss'], '{:.0f}')} "
+        f"| {show(r['over_trip_us'], '{:.0f}')} | {show(r['miss_over_trip'], '{:.3f}')} | |",
+    ]
+
+
 async def profile_calls(call: Call, runs: int) -> str:
     profiler = cProfile.Profile()
     profiler.enable()
@@ -388,6 +492,10 @@ async def run(only: str | None, rounds: int | None, reps: int, quick: bool, prof
             f = await fresh(rounds or (4 if quick else 20), profile == "fresh")
             results["fresh"] = f
             out += ["", *render_fresh(f)]
+        if only in (None, "miss"):
+            m = await miss(rounds or (4 if quick else 20), profile == "miss")
+            results["miss"] = m
+            out += ["", *render_miss(m)]
     results["load_after"] = _load()
     out += ["", f"Load average before: {results['load_before']}; after: {results['load_after']}."]
     print("\n".join(out))
@@ -396,11 +504,11 @@ async def run(only: str | None, rounds: int | None, reps: int, quick: bool, prof
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--only", choices=("unchanged", "fresh"))
+    parser.add_argument("--only", choices=("unchanged", "fresh", "miss"))
     parser.add_argument("--rounds", type=int, help="rounds per part (default 30 unchanged, 20 fresh)")
     parser.add_argument("--reps", type=int, default=5, help="calls of each cheap configuration per round")
     parser.add_argument("--quick", action="store_true", help="a smoke run")
-    parser.add_argument("--profile", choices=("unchanged", "fresh"), help="print a cProfile of the cached path")
+    parser.add_argument("--profile", choices=("unchanged", "fresh", "miss"), help="print a cProfile of the cached path")
     parser.add_argument("--json", type=Path, help="also write the raw numbers here")
     args = parser.parse_args()
     results = anyio.run(run, args.only, args.rounds, args.reps, args.quick, args.profile)

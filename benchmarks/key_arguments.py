@@ -35,7 +35,7 @@ from fastmcp import FastMCP
 from mcp.client._memory import InMemoryTransport
 
 from mcpcache.bench.common import machine, percentile
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.protocol import MAX_TTL_MS
 from mcpcache.server import cache_meta
 from mcpcache.server.fastmcp import install
@@ -69,7 +69,7 @@ async def main(rounds: int, calls: int) -> None:
     async with mcp.Client(InMemoryTransport(server._mcp_server)) as client:
         views = {
             "every-argument": ToolCache(MemoryStore()).wrap(client, server_id="bench"),
-            "key-arguments": ToolCache(MemoryStore(), trusted=True).wrap(client, server_id="bench"),
+            "key-arguments": ToolCache(MemoryStore(), CacheSettings(trusted=True)).wrap(client, server_id="bench"),
             "same-id": ToolCache(MemoryStore()).wrap(client, server_id="bench"),
         }
 

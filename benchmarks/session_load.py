@@ -153,7 +153,7 @@ async def worker(args: WorkerArgs) -> dict[str, Any]:
     import mcp
     from fastmcp.client.transports import StreamableHttpTransport
 
-    from mcpcache.client import ToolCache
+    from mcpcache.client import CacheSettings, ToolCache
     from mcpcache.stores import RedisStore
 
     rng = random.Random(args.seed)
@@ -171,7 +171,7 @@ async def worker(args: WorkerArgs) -> dict[str, Any]:
         tracebacks.setdefault(what, "".join(traceback.format_exception(exc)))
 
     async with RedisStore(args.redis_url, namespace=args.namespace) as store:
-        cache = ToolCache(store, partition="load", share_public=True, trusted=args.trusted)
+        cache = ToolCache(store, CacheSettings(share_public=True, trusted=args.trusted), partition="load")
 
         async def one_session(index: int) -> None:
             url = args.urls[index % len(args.urls)]

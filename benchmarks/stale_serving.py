@@ -3,7 +3,7 @@
 1. A read of a stale entry of a slow tool (its body takes `--delay-ms`, 50 ms by default; ttl 0, so every
    reuse is stale), as the caller waits for it: served at once while it is revalidated in the background
    (`ToolCache()`, the server granting `staleWhileRevalidateMs`), against revalidated in the foreground
-   (`ToolCache(serve_stale=False)`, the same server). The background revalidation lands (`flush()`)
+   (`CacheSettings(serve_stale=False)`, the same server). The background revalidation lands (`flush()`)
    before the next read, untimed.
 2. A fresh hit through `ToolCache.execute`, which wraps the driver for stale-if-error, against the driver
    called directly (`ToolCache._execute`, the same cache and view): the cost of the hook on the hot path,
@@ -28,7 +28,7 @@ from typing import Any
 import anyio
 import fastmcp
 
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.server import cache_meta
 from mcpcache.server.fastmcp import install
 from mcpcache.stores import MemoryStore
@@ -69,7 +69,7 @@ async def main(rounds: int, delay_ms: float, batch: int) -> dict[str, Any]:
     hits: dict[str, list[float]] = {"execute (with the hook)": [], "_execute (driver alone)": []}
     async with fastmcp.Client(server) as client:
         serving = ToolCache(MemoryStore())
-        foreground = ToolCache(MemoryStore(), serve_stale=False)
+        foreground = ToolCache(MemoryStore(), CacheSettings(serve_stale=False))
         views = {"stale_while_revalidate": serving.wrap(client), "foreground": foreground.wrap(client)}
         for view in views.values():
             await view.call_mcp("slow", {"key": "k"})  # stored; stale at once (ttl 0)

@@ -51,7 +51,7 @@ def word_count(text: str) -> int:
 
 
 # Not declared: it changes things, so its answers are never stamped. A client that trusts the server's
-# annotations (ToolCache(trusted=True)) ends the freshness of what it holds from this server after it.
+# annotations (CacheSettings(trusted=True)) ends the freshness of what it holds from this server after it.
 @mcp.tool(annotations={"destructiveHint": True})
 def write_file(path: str, text: str) -> str:
     """Replace a file's text."""

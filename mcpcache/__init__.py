@@ -16,12 +16,13 @@ from mcpcache.protocol import EXTENSION_ID, META_KEY, CacheBlock, parse_cache_bl
 from mcpcache.server.policies import CachePolicy, ToolPolicies
 
 if TYPE_CHECKING:
-    from mcpcache.client import CachedCall, CacheStats, CallOutcome, ToolCache
+    from mcpcache.client import CachedCall, CacheSettings, CacheStats, CallOutcome, ToolCache
     from mcpcache.refs import References
 
 _LAZY = {
     "ToolCache": "mcpcache.client",
     "CachedCall": "mcpcache.client",
+    "CacheSettings": "mcpcache.client",
     "CallOutcome": "mcpcache.client",
     "CacheStats": "mcpcache.client",
     "References": "mcpcache.refs",
@@ -32,6 +33,7 @@ __all__ = [
     "META_KEY",
     "CacheBlock",
     "CachePolicy",
+    "CacheSettings",
     "CacheStats",
     "CachedCall",
     "CallOutcome",

@@ -3,7 +3,7 @@
 Each names how the demo server is started and which client reads from it. The scenario is the same for
 all: R reads of one whole notebook, with an `edit_cell` every E reads.
 
-The mcpcache client takes delta replies by default (`ToolCache(deltas=True)`), and the demo server sends
+The mcpcache client takes delta replies by default (`CacheSettings(deltas=True)`), and the demo server sends
 them, so every mcpcache row reads an edited notebook back as the change; `mcpcache-no-deltas` is the
 `mcpcache` row with deltas turned off, what a read after an edit costs without them.
 """
@@ -33,7 +33,7 @@ class Config:
     client: ClientKind
     note: str
     deltas: bool = True
-    """The mcpcache client's `ToolCache(deltas=...)` (other clients never ask for a delta)."""
+    """The mcpcache client's `CacheSettings(deltas=...)` (other clients never ask for a delta)."""
 
 
 CONFIGS: tuple[Config, ...] = (
@@ -77,7 +77,7 @@ CONFIGS: tuple[Config, ...] = (
         "mcpcache revalidation, deltas off",
         DemoMode(ttl_ms=REVALIDATE_EVERY_READ_TTL_MS),
         "mcpcache",
-        "the mcpcache row with ToolCache(deltas=False): a read after an edit is the whole answer again",
+        "the mcpcache row with CacheSettings(deltas=False): a read after an edit is the whole answer again",
         deltas=False,
     ),
     Config(

@@ -232,10 +232,11 @@ async def serve(spec: RunSpec, conn: Connection) -> None:
             view: Any = client
             cache = None
             if config.client == "mcpcache":
-                from mcpcache.client import ToolCache
+                from mcpcache.client import CacheSettings, ToolCache
                 from mcpcache.stores import SQLiteStore
 
-                cache = ToolCache(SQLiteStore(work / f"{spec.config}.tools.db"), trusted=True, deltas=config.deltas)
+                settings = CacheSettings(trusted=True, deltas=config.deltas)
+                cache = ToolCache(SQLiteStore(work / f"{spec.config}.tools.db"), settings)
                 view = cache.wrap(client, server_id="mcpcache-bench")
             await _read(view, cache, WARM_UP_NOTEBOOK)
             session = Session(spec, view, cache, log, server_pid)

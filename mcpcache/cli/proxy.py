@@ -109,6 +109,7 @@ def proxy(
 
     import anyio
 
+    from mcpcache.client.settings import CacheSettings
     from mcpcache.proxy.server import UpstreamUnavailable, configure_logging, serve
     from mcpcache.proxy.settings import (
         ProxySettings,
@@ -136,7 +137,7 @@ def proxy(
             if refs
             else None,
             server_id=server_id,
-            trusted=trust_annotations,
+            cache=CacheSettings(trusted=trust_annotations),
             upstream_era="auto" if upstream_era == "auto" else "legacy",
         )
         if settings.store.sqlite_path is None and settings.store.redis_url is None:

@@ -2,9 +2,11 @@
 
 from mcpcache.client.cache import CacheStats, CallOutcome, ToolCache
 from mcpcache.client.inventory import CachedEntry
+from mcpcache.client.settings import CacheSettings
 from mcpcache.client.wrappers import CachedCall, CachedMCPClient, CachedSession
 
 __all__ = [
+    "CacheSettings",
     "CacheStats",
     "CachedCall",
     "CachedEntry",

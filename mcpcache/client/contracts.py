@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from mcp_types import CallToolResult
 
+from mcpcache.client.keys import NamedCall
 from mcpcache.client.outcomes import CallOutcome
 from mcpcache.client.policy import CacheMode
 
@@ -65,7 +66,8 @@ class Connection(Protocol):
 class ViewCache(Protocol):
     """What a caching view asks of its cache (`ToolCache` is the one implementation)."""
 
-    meta_key: str
+    @property
+    def meta_key(self) -> str: ...
 
     async def execute(
         self,
@@ -76,13 +78,15 @@ class ViewCache(Protocol):
         mode: CacheMode = "use",
         meta: Mapping[str, Any] | None = None,
         variant: str = "",
+        named: NamedCall | None = None,
     ) -> tuple[CallToolResult, CallOutcome]:
-        """Answer one call, from the cache or through `conn`."""
+        """Answer one call, from the cache or through `conn` (`named`: as `fresh_hit` named it just before)."""
 
     def fresh_hit(
         self, server_id: str, era: str, name: str, arguments: Mapping[str, Any] | None, variant: str = ""
-    ) -> tuple[CallToolResult, CallOutcome] | None:
-        """The call as a fresh hit answered without awaiting, or None (then `execute` answers it)."""
+    ) -> tuple[CallToolResult, CallOutcome] | NamedCall | None:
+        """The call as a fresh hit answered without awaiting; else the call as it named it (hand it to
+        `execute`), or None when it cannot be named (`execute` says why)."""
 
     async def end_freshness(self, server_id: str, era: str | None = None) -> None:
         """End the freshness of `server_id`'s entries (a change notification)."""

@@ -53,8 +53,10 @@ class CachedFastMCPClient(_CachedView):
         cache_mode: CacheMode = "use",
     ) -> CachedCall:
         """The raw `mcp_types.CallToolResult` and the cache's outcome."""
-        if hit := self._fresh(name, arguments, cache_mode, f"version={version}" if version is not None else ""):
-            return hit
+        variant = f"version={version}" if version is not None else ""
+        fresh = self._fresh(name, arguments, cache_mode, variant)
+        if type(fresh) is CachedCall:  # not isinstance: a fresh hit is the hot path
+            return fresh
         request_meta = dict(meta) if meta else {}
         if version is not None:
             request_meta["fastmcp"] = {**request_meta.get("fastmcp", {}), "version": version}
@@ -75,7 +77,8 @@ class CachedFastMCPClient(_CachedView):
             meta=request_meta or None,
             send_plain=send_plain,
             request_options=options,
-            variant=f"version={version}" if version is not None else "",
+            variant=variant,
+            named=fresh,
         )
         return CachedCall(result, outcome)
 

@@ -1,8 +1,9 @@
 """How `ToolCache` keeps an answer that came from the server: the size bound, the entry it stores, the
 compare-and-set save, the decoded copy it holds, and the write behind a patched answer.
 
-A base class of `ToolCache` (`mcpcache.client.cache`), kept apart so that the driver's module holds the
-decisions' order and this one what one stored answer costs.
+A part `ToolCache` (`mcpcache.client.cache`) owns: the driver's module holds the decisions' order, this one
+what one stored answer costs. It reads and writes through the cache's `Shelf`, and removes entries and ends
+freshness through the cache's `Managing`.
 """
 
 from __future__ import annotations
@@ -20,9 +21,8 @@ from mcp_types import CallToolResult
 from mcpcache.client.contracts import Connection
 from mcpcache.client.entries import Found, encode_entry, entry_item, stored_size_at_least
 from mcpcache.client.keys import CallIdentity, readable_server
-from mcpcache.client.leaves import LeafMemo
 from mcpcache.client.managing import Managing
-from mcpcache.client.outcomes import CacheStats, CallOutcome, Status
+from mcpcache.client.outcomes import CallOutcome, Status
 from mcpcache.client.policy import (
     EndFreshness,
     EntryMeta,
@@ -34,6 +34,7 @@ from mcpcache.client.policy import (
     ends_freshness,
     store_arm,
 )
+from mcpcache.client.shelf import Shelf
 from mcpcache.client.tier import copy_result, hold
 from mcpcache.delta.tree import Leaves
 from mcpcache.protocol import parse_cache_block
@@ -45,23 +46,33 @@ __all__ = ["Keeping"]
 logger = logging.getLogger("mcpcache.client")
 
 
-class Keeping(Managing):
-    """Keeping answers, over the state `ToolCache` sets up."""
+class Keeping:
+    """Keeping the answers one cache receives."""
 
-    stats: CacheStats
-    meta_key: str
-    trusted: bool
-    read_only_views: bool
-    keep_stale_s: float
-    max_answer_bytes: int
-    _leaves: LeafMemo
+    def __init__(self, shelf: Shelf, managing: Managing) -> None:
+        settings = shelf.settings
+        self._shelf = shelf
+        self._managing = managing
+        self.stats = shelf.stats
+        self.clock = shelf.clock
+        self.meta_key = settings.meta_key
+        self.trusted = settings.trusted
+        self.share_public = settings.share_public
+        self.read_only_views = settings.read_only_views
+        self.keep_stale_s = settings.keep_stale_s
+        self.max_answer_bytes = settings.max_answer_bytes
+        self._store = shelf.fenced
+        self._tier = shelf.tier
+        self._deferred = shelf.deferred
+        self._leaves = shelf.leaves
+        self._remove = managing.remove
 
-    def _expires_at(self, meta: EntryMeta) -> float:
+    def expires_at(self, meta: EntryMeta) -> float:
         """When the store may drop the entry, on the store's clock (which judges it), not the cache's."""
         keep = max(self.keep_stale_s if meta.etag is not None else 0.0, meta.servable_stale_s())
-        return self.store.now() + max(meta.fresh_until() - self.clock(), 0.0) + keep
+        return self._shelf.store.now() + max(meta.fresh_until() - self.clock(), 0.0) + keep
 
-    async def _keep(
+    async def keep(
         self,
         conn: Connection,
         identity: CallIdentity,
@@ -125,13 +136,13 @@ class Keeping(Managing):
         elif found is not None and found.key != own:
             await self._remove(found.key)
         self._tier.discard(own)
-        item = entry_item(meta, body, self._expires_at(meta), server=readable_server(identity.server))
+        item = entry_item(meta, body, self.expires_at(meta), server=readable_server(identity.server))
         await self._deferred.settled(own)
         saved = 0 if patched_by is None else bytes_saved(meta.size, patched_by)
         if patched_by is not None:
             # A patched answer is written after it is returned: the store write is most of what is left of
             # a read after an edit (about 50 ms for a 5 MB notebook on SQLite), and it only feeds later
-            # lookups, which wait for it in this process (`_look`) as for a revalidation's record. The held
+            # lookups, which wait for it in this process (`Reader.look`) as for a revalidation's record. The held
             # copy is taken now, before the caller can change `reply`; the body is already encoded.
             copy = reply if self.read_only_views else copy_result(reply)
 
@@ -203,7 +214,7 @@ class Keeping(Managing):
             kept = replace(
                 meta, size=encoded.size, stored=len(encoded.body) if len(encoded.body) != encoded.size else 0
             )
-            item = entry_item(kept, encoded.body, self._expires_at(kept), server=readable_server(identity.server))
+            item = entry_item(kept, encoded.body, self.expires_at(kept), server=readable_server(identity.server))
             too_large = decide_size(len(encoded.body), self.max_answer_bytes)
             if too_large is None and await self._save_and_hold(own, item, kept, identity, lambda: copy):
                 if leaves is not None:
@@ -237,10 +248,10 @@ class Keeping(Managing):
             held = hold(copy(), body, meta.etag, checksum, server=identity.server, call=call, answer=meta.size)
             self._tier.put(own, held)
         # It passed the client's check on its way in, so its first serve here need not check it again.
-        self._validated[(own, meta.etag or "", checksum)] = None
+        self._shelf.validated[(own, meta.etag or "", checksum)] = None
         return True
 
-    async def _after_unanswered(
+    async def after_unanswered(
         self, conn: Connection, name: str, exc: BaseException, *, read_only: bool | None, stored: bool
     ) -> None:
         """A call failed once its request may have left (`exc`): its outcome is unknown, so it ends freshness,
@@ -251,7 +262,7 @@ class Keeping(Managing):
             case EndFreshness():
                 logger.info("tool %r: %s", name, decision.reason)
                 with anyio.CancelScope(shield=True):
-                    await self.end_freshness(conn.server_id, conn.era)
+                    await self._managing.end_freshness(conn.server_id, conn.era)
             case KeepFreshness():
                 logger.debug("tool %r: %s", name, decision.reason)
             case _:
@@ -263,7 +274,7 @@ class Keeping(Managing):
             return
         read_only = await conn.read_only(name) if self.trusted else None
         if ends_freshness(read_only=read_only, trusted=self.trusted, answered_with_block=False):
-            await self.end_freshness(conn.server_id, conn.era)
+            await self._managing.end_freshness(conn.server_id, conn.era)
 
 
 def _failure_of(exc: BaseException) -> str:

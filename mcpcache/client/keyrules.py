@@ -1,6 +1,6 @@
 """Which arguments name a tool's answer, as the client cache decides it (docs/client.md, "Key arguments").
 
-In order: the cache's own per-tool override (`ToolCache(key_arguments=..., ignore_arguments=...)`), then, only
+In order: the cache's own per-tool override (`CacheSettings(key_arguments=..., ignore_arguments=...)`), then, only
 when the cache trusts the server (`trusted=True`, the rule that already believes its readOnlyHint), the
 tool's declaration in `tools/list`; else every argument. A declaration that cannot be read is not used (the
 tool is keyed on every argument) and is warned about once: a misread one could only ever share too little.

@@ -14,15 +14,16 @@ import json
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, final
 from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 import xxhash
 
 from mcpcache.canonical import canonical_json
+from mcpcache.key_arguments import KeyArguments
 
-__all__ = ["READABLE_LIMIT", "Arm", "CallIdentity", "abbreviate", "plain_arguments", "readable_server"]
+__all__ = ["READABLE_LIMIT", "Arm", "CallIdentity", "NamedCall", "abbreviate", "plain_arguments", "readable_server"]
 
 Arm = Literal["private", "public"]
 
@@ -127,6 +128,18 @@ class CallIdentity:
     def readable_arguments(self) -> str:
         """The canonical arguments as text a person can read, cut to `READABLE_LIMIT` characters."""
         return abbreviate(self.canonical_arguments().decode())
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class NamedCall:
+    """A call named once: its identity (holding the one copy of its arguments the cache makes), its private
+    store key, and the rule it was keyed by. A view's fresh check builds it (`ToolCache.fresh_hit`) and, on a
+    miss, hands it to the driver's slow path (`ToolCache.execute(named=...)`), which takes it as it is."""
+
+    identity: CallIdentity
+    key: str
+    rule: KeyArguments | None
 
 
 _UNSET: Any = object()

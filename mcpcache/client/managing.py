@@ -1,27 +1,24 @@
 """What `ToolCache` offers for seeing and managing what is cached: invalidating calls and servers, ending
 freshness, clearing, listing, and the bookkeeping of freshness ends the driver reads on every lookup.
 
-A base class of `ToolCache` (`mcpcache.client.cache`), kept apart so that the driver's module holds the
-driver; it uses the cache's state, declared here.
+A part `ToolCache` (`mcpcache.client.cache`) owns and hands its public methods to; it keeps the freshness
+ends this process knows of, and reads and writes the rest through the cache's `Shelf`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from cachetools import LRUCache
 
 from mcpcache.canonical import CanonicalizationError
-from mcpcache.client.background import Deferred
 from mcpcache.client.contracts import Declaring
 from mcpcache.client.entries import TOOLS_GROUP, mark_item
 from mcpcache.client.keyrules import KeyRules
 from mcpcache.client.keys import CallIdentity, readable_server
-from mcpcache.client.tier import DecodedTier
-from mcpcache.stores.base import Store
-from mcpcache.stores.fence import FencedStore
+from mcpcache.client.shelf import Shelf
 from mcpcache.stores.items import Match
 
 if TYPE_CHECKING:
@@ -44,21 +41,33 @@ def remember(memory: dict[K, V], key: K, value: V) -> None:
 
 
 class Managing:
-    """Invalidation, freshness ends, clearing and listing, over the state `ToolCache` sets up."""
+    """Invalidation, freshness ends, clearing and listing for one cache, and the freshness ends its lookups
+    read (`ended_here`)."""
 
-    store: Store
-    partition: str
-    share_public: bool
-    clock: Callable[[], float]
-    _tier: DecodedTier
-    _store: FencedStore
-    _deferred: Deferred
-    _validated: LRUCache[tuple[str, str, str], None]
-    _ended: LRUCache[str, float]
-    _invalidated: dict[str, float]
-    _cleared_at: float | None
-    _variants: dict[tuple[str, str, str], None]
-    _key_rules: KeyRules
+    def __init__(self, shelf: Shelf, key_rules: KeyRules) -> None:
+        self._shelf = shelf
+        self._key_rules = key_rules
+        self.partition = shelf.partition
+        self.share_public = shelf.settings.share_public
+        self.clock = shelf.clock
+        self._tier = shelf.tier
+        self._store = shelf.fenced
+        self._deferred = shelf.deferred
+        self._ended: LRUCache[str, float] = LRUCache(maxsize=4096)
+        """When this process last ended freshness, by mark key (see `end_freshness`)."""
+        self._invalidated: dict[str, float] = {}
+        """When this process last invalidated a call, by its mark key (see `invalidate`); the oldest go first
+        past `_MAX_REMEMBERED`. A plain dict: every lookup reads it, and most read it empty."""
+        self._cleared_at: float | None = None
+        """When this process last cleared the cache: every entry and flight older than that is not fresh here."""
+        self.variants: dict[tuple[str, str, str], None] = {}
+        """(server, era, variant) of the calls this process made, the oldest going first past
+        `_MAX_REMEMBERED`: where an invalidation finds a call's keys. The driver notes each call's
+        (`note_variant`), reading it first: most calls are of a variant noted before."""
+
+    def note_variant(self, server_id: str, era: str, variant: str) -> None:
+        """A call of `server_id` at `era` with `variant` was made: an invalidation looks for its keys there."""
+        remember(self.variants, (server_id, era, variant), None)
 
     async def invalidate(
         self,
@@ -68,22 +77,7 @@ class Managing:
         server_id: str,
         declaring: Declaring | None = None,
     ) -> None:
-        """Never serve again, without asking the server, what is cached for one call on `server_id` (`tool`
-        with `arguments`; None is no arguments, as in `call_tool`), or with no tool for every call on it.
-
-        Works as a mutation does (see `decide_join`): the freshness of what the call (or the server) has
-        cached in this partition ends now, in this process and in the store, so an answer to a request sent
-        before the invalidation, landing after it, is never served as fresh, and no later call shares such a
-        request. The entries this process can name and their decoded copies are dropped as well (for the
-        server, its entries in every partition), so the next call asks for the whole answer.
-
-        `server_id` is the view's (`cached.server_id`); a view's own `invalidate` fills it in, and passes
-        itself as `declaring`, so that the server's key arguments are read (listed once) before the call is
-        named: without them, a cache that has called nothing yet would end only the entry keyed on every
-        argument, not the one other caches keep under the key arguments. Like a call,
-        it never raises for a failing store: this process honours the invalidation regardless, and other
-        processes sharing the store learn of it only if the store recorded it.
-        """
+        """What `ToolCache.invalidate` does (its docstring says what that is)."""
         if tool is None:
             if arguments is not None:
                 raise TypeError("arguments name one call of a tool: pass the tool as well")
@@ -94,7 +88,7 @@ class Managing:
             # should, and missing it would stop this process using the store for its cooldown. It is not what
             # makes the invalidation hold (the mark is); a store that fails it is worth a warning only.
             try:
-                await self.store.remove_matching(Match(TOOLS_GROUP, server=readable_server(server_id)))
+                await self._shelf.store.remove_matching(Match(TOOLS_GROUP, server=readable_server(server_id)))
             except Exception:
                 logger.warning("could not remove the entries of %s from the store", server_id, exc_info=True)
             return
@@ -122,7 +116,7 @@ class Managing:
         remember(self._invalidated, call_mark, max(now, self._invalidated.get(call_mark, now)))
         self._tier.discard_if(lambda held: held.call == call_mark)
         await self._store.save_persistently(call_mark, mark_item(now))
-        for server, era, variant in list(self._variants.keys()):
+        for server, era, variant in list(self.variants.keys()):
             if server == identity.server:
                 named = CallIdentity(
                     identity.server,
@@ -133,39 +127,33 @@ class Managing:
                     variant,
                     identity.projection,
                 )
-                for key in self._keys(named):
-                    await self._remove(key)
+                for key in self.keys(named):
+                    await self.remove(key)
 
     async def clear(self) -> int:
-        """Remove every tool answer the store holds (every server, every partition); returns how many.
-
-        The freshness marks stay, so nothing cached before is ever taken for fresh again, and in this process
-        no call shares a request sent before the clear. A failing store raises: unlike a call, a clear that
-        did not happen must not look as if it had.
-        """
+        """What `ToolCache.clear` does (its docstring says what that is)."""
         self._cleared_at = self.clock()
         # A write still pending (a patched answer's, returned before the clear) would otherwise land after the
         # removal and leave an entry other processes take for fresh: the clear writes no freshness mark.
         await self._deferred.flush()
         self._tier.clear()
-        self._validated.clear()
-        return await self.store.remove_matching(Match(TOOLS_GROUP))
+        self._shelf.validated.clear()
+        return await self._shelf.store.remove_matching(Match(TOOLS_GROUP))
 
     def entries(self, *, server: str | None = None, tool: str | None = None) -> AsyncIterator[CachedEntry]:
-        """What the store holds, a page at a time, each as a person reads it (see `mcpcache cache ls`):
-        `server` is an entry's readable server label, as listed."""
+        """What `ToolCache.entries` does (its docstring says what that is)."""
         from mcpcache.client.inventory import cached_entries
 
-        return cached_entries(self.store, server=server, tool=tool, clock=self.clock)
+        return cached_entries(self._shelf.store, server=server, tool=tool, clock=self.clock)
 
-    def _keys(self, identity: CallIdentity) -> list[str]:
+    def keys(self, identity: CallIdentity) -> list[str]:
         """The store keys `identity` may be kept under (its own arm, and the shared one when sharing)."""
         keys = [identity.key("private")]
         if self.share_public:
             keys.append(identity.key("public", share_public=True))
         return keys
 
-    def _ended_here(self, mark_key: str, call_mark: str) -> float | None:
+    def ended_here(self, mark_key: str, call_mark: str) -> float | None:
         """When this process last ended the freshness of a call's entries: a mutation or notification (its
         server's), an invalidation (its own) or a clear (everything's), whichever came last."""
         latest = self._ended.get(mark_key)
@@ -176,13 +164,13 @@ class Managing:
                 latest = at
         return latest
 
-    async def _remove(self, key: str) -> None:
+    async def remove(self, key: str) -> None:
         self._tier.discard(key)
         await self._deferred.settled(key)
         await self._store.remove(key)
 
     async def end_freshness(self, server_id: str, era: str | None = None) -> None:
-        """End the freshness of every entry of `server_id` in this partition (their tags stay usable)."""
+        """What `ToolCache.end_freshness` does (its docstring says what that is)."""
         identity = CallIdentity(server_id, self.partition, era or "", "", {})
         now = self.clock()
         mark_key = identity.mark_key()

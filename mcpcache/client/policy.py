@@ -307,7 +307,7 @@ NO_CACHE_BLOCK = "the answer has no cache block"
 
 
 def delta_formats(deltas: bool) -> tuple[str, ...]:
-    """What a conditional request lists under `acceptDelta` (`ToolCache(deltas=...)`): nothing when off."""
+    """What a conditional request lists under `acceptDelta` (`CacheSettings(deltas=...)`): nothing when off."""
     return DELTA_FORMATS if deltas else ()
 
 
@@ -361,7 +361,7 @@ def decide_reply(
     accepted: tuple[str, ...] = (),
 ) -> Reply:
     """`block` is the reply's parsed cache block (None when it has none); `size` its answer's bytes;
-    `keep_private`: whether this cache may keep private answers (see `ToolCache(keep_private=...)`);
+    `keep_private`: whether this cache may keep private answers (see `CacheSettings(keep_private=...)`);
     `accepted`: the delta formats the request listed (empty: it accepted none)."""
     if block is not None and block.delta is not None:
         why = refused_delta(block, sent_etag, accepted, entry, is_error=is_error)
@@ -440,7 +440,7 @@ def _full_answer(
 
 
 DEFAULT_MAX_ANSWER_BYTES = 64 * 1024 * 1024
-"""The largest answer the tool cache stores, in stored bytes (`ToolCache(max_answer_bytes=...)`)."""
+"""The largest answer the tool cache stores, in stored bytes (`CacheSettings(max_answer_bytes=...)`)."""
 
 
 def readable_bytes(value: int) -> str:
@@ -468,7 +468,7 @@ def decide_size(stored_bytes: int, max_answer_bytes: int, *, at_least: bool = Fa
 
 def may_share(block: CacheBlock | None, keep_private: bool) -> bool:
     """Whether a follower of a single flight may be handed the leader's answer. A cache that keeps no private
-    answers answers principals it cannot tell apart (`ToolCache(keep_private=False)`), so it shares none
+    answers answers principals it cannot tell apart (`CacheSettings(keep_private=False)`), so it shares none
     between its callers either; it shares what it would keep."""
     return keep_private or (block is not None and block.cache_scope == "public")
 

@@ -8,7 +8,7 @@ section 9.2.2 lets a client repeat such a request automatically when its method 
 then. A tool's annotations say the same of a tool: `readOnlyHint` (no effect at all) or `idempotentHint`
 (calling it again with the same arguments has no additional effect). So a call of such a tool is sent once
 more, and any other call fails as it came, since it may have run and must not run twice. The hints are
-believed only from a server the cache trusts (`ToolCache(trusted=True)`), as `readOnlyHint` is for ending
+believed only from a server the cache trusts (`CacheSettings(trusted=True)`), as `readOnlyHint` is for ending
 freshness. This is the only place a call is sent again (`mcpcache.client.transport_guard`, below it, never
 sends anything twice).
 """

@@ -16,8 +16,9 @@ Neither ever serves an entry whose freshness a write ended (a call that is not r
 notification, `invalidate`, `clear`): `mcpcache.client.policy.decide_stale` says no whatever the server
 allows, so a caller always reads its own writes. The decisions are there; this module does what they say.
 
-`StaleServing` is a base class of `ToolCache` (`mcpcache.client.cache`), kept apart so that the driver's
-module holds the driver; it uses the cache's state and driver steps, declared here.
+`StaleServing` is a part `ToolCache` (`mcpcache.client.cache`) owns: it reads through the cache's `Reader`
+(`mcpcache.client.lookup`), and is handed the two driver steps it uses (sending a call as the lookup decided,
+and finishing a served call) as functions when the driver builds it.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
-from collections.abc import Callable, Coroutine, Mapping
-from typing import TYPE_CHECKING, Any, assert_never
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, assert_never
 
 import anyio
 import mcp_types as mt
@@ -34,27 +35,34 @@ from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp_types import CallToolResult
 
 from mcpcache.canonical import CanonicalizationError
+from mcpcache.client.contracts import Connection
 from mcpcache.client.keyrules import KeyRules
 from mcpcache.client.keys import CallIdentity
-from mcpcache.client.outcomes import CacheStats, CallOutcome
+from mcpcache.client.lookup import Reader
+from mcpcache.client.outcomes import CallOutcome
+from mcpcache.client.path import Looked, Served
 from mcpcache.client.policy import CacheMode, NotStale, ServeFresh, ServeStale, decide_stale
-
-if TYPE_CHECKING:
-    from mcpcache.client.contracts import Connection
-    from mcpcache.client.entries import Found
+from mcpcache.client.shelf import Shelf
 
 __all__ = [
-    "DEFAULT_BACKGROUND_REVALIDATIONS",
     "DEFAULT_BACKGROUND_TIMEOUT_S",
     "Background",
+    "Finish",
+    "Send",
     "StaleServing",
     "server_failure",
 ]
 
-logger = logging.getLogger("mcpcache.client")
+Send = Callable[
+    [Connection, CallIdentity, str, CacheMode, dict[str, Any] | None, Looked, float | None], Awaitable[Served]
+]
+"""The driver's step that sends a call as its lookup decided (a conditional request, or a full fetch), and keeps
+the answer (`ToolCache._send`)."""
 
-DEFAULT_BACKGROUND_REVALIDATIONS = 16
-"""How many background revalidations one cache runs at once (`ToolCache(background_revalidations=...)`)."""
+Finish = Callable[[CallIdentity, CallToolResult, CallOutcome], Served]
+"""The driver's last step of a served call: its outcome counted and logged (`ToolCache._finish`)."""
+
+logger = logging.getLogger("mcpcache.client")
 
 DEFAULT_BACKGROUND_TIMEOUT_S = 60.0
 """The bound of a background revalidation whose caller's connection sets no read timeout of its own."""
@@ -161,53 +169,36 @@ class Background:
 
 
 class StaleServing:
-    """Serving stale, over the state and the driver steps `ToolCache` sets up."""
+    """Serving stale for one cache: the stale-while-revalidate serve and its background revalidation, and the
+    stale-if-error serve in place of a failed call."""
 
-    clock: Callable[[], float]
-    stats: CacheStats
-    partition: str
-    serve_stale: bool
-    _background: Background
-    _key_rules: KeyRules
+    def __init__(
+        self, shelf: Shelf, reader: Reader, key_rules: KeyRules, background: Background, *, send: Send, finish: Finish
+    ) -> None:
+        self.clock = shelf.clock
+        self.stats = shelf.stats
+        self.partition = shelf.partition
+        self.serve_stale = shelf.settings.serve_stale
+        self._reader = reader
+        self._key_rules = key_rules
+        self._background = background
+        self._send = send
+        self._finish = finish
 
-    if TYPE_CHECKING:
-        # The driver's steps, as `mcpcache.client.cache` defines them. What a lookup returns (`_Looked`: the
-        # entry found, when freshness last ended, the decision) is the driver's own type, named loosely here
-        # so that this module does not import the driver's; `_answer_of` answers the stored answer or why not.
-
-        async def _look(self, identity: CallIdentity, private_key: str, mode: CacheMode) -> Any: ...
-
-        async def _answer_of(self, found: Found) -> object: ...
-
-        async def _send(
-            self,
-            conn: Connection,
-            identity: CallIdentity,
-            key: str,
-            mode: CacheMode,
-            user_meta: dict[str, Any] | None,
-            looked: Any,
-            timeout_s: float | None,
-        ) -> tuple[CallToolResult, CallOutcome]: ...
-
-        def _finish(
-            self, identity: CallIdentity, result: CallToolResult, outcome: CallOutcome
-        ) -> tuple[CallToolResult, CallOutcome]: ...
-
-    async def _serve_stale(
+    async def serve_while_revalidating(
         self,
         conn: Connection,
         identity: CallIdentity,
         key: str,
         mode: CacheMode,
         user_meta: dict[str, Any] | None,
-        looked: Any,
-    ) -> tuple[CallToolResult, CallOutcome] | None:
+        looked: Looked,
+    ) -> Served | None:
         """A stored answer that is no longer fresh, served at once while a background revalidation (this call's,
         or one already running for the entry) brings it up to date; None when the call goes on as without the
         window (no window, past it, a write ended its freshness, the answer could not be loaded, or the
         background is at its bound, so this call revalidates in the foreground)."""
-        found: Found | None = looked.found
+        found = looked.found
         if mode != "use" or found is None or not self.serve_stale or isinstance(looked.decision, ServeFresh):
             return None
         if not found.entry.stale_while_revalidate_ms:
@@ -225,7 +216,7 @@ class StaleServing:
             logger.info("tool %r: %s revalidations run in the background already; revalidating in the foreground",
                         identity.tool, len(self._background))  # fmt: skip
             return None
-        stored = await self._answer_of(found)
+        stored = await self._reader.answer_of(found)
         if not isinstance(stored, CallToolResult):
             return None  # the ordinary path meets the same trouble and deals with it
         # Started once the answer is in hand, nothing awaited between the check and the start: one per key.
@@ -241,7 +232,7 @@ class StaleServing:
         identity: CallIdentity,
         key: str,
         user_meta: dict[str, Any] | None,
-        looked: Any,
+        looked: Looked,
     ) -> None:
         """The revalidation a stale-while-revalidate serve started: what the lookup decided (a conditional
         request with the entry's tag, or a full fetch), kept as any answer is kept. Bounded by the caller's
@@ -261,7 +252,7 @@ class StaleServing:
             return
         logger.debug("tool %r: background revalidation: %s (%s)", identity.tool, outcome.status, outcome.reason)
 
-    async def _serve_if_error(
+    async def serve_if_error(
         self,
         conn: Connection,
         name: str,
@@ -269,7 +260,7 @@ class StaleServing:
         mode: CacheMode,
         variant: str,
         exc: Exception,
-    ) -> tuple[CallToolResult, CallOutcome] | None:
+    ) -> Served | None:
         """The stored answer in place of a call that failed because the server could not answer, when its
         stale-if-error window allows; None: the failure is the caller's, as without the cache.
 
@@ -285,8 +276,8 @@ class StaleServing:
             key = identity.key("private")
         except CanonicalizationError:
             return None
-        looked = await self._look(identity, key, "use")
-        found: Found | None = looked.found
+        looked = await self._reader.look(identity, key, "use")
+        found = looked.found
         if found is None or not found.entry.stale_if_error_ms:
             return None
         choice = decide_stale("stale_if_error", found.entry, self.clock(), looked.ended_at)
@@ -298,7 +289,7 @@ class StaleServing:
                 pass
             case _:
                 assert_never(choice)
-        stored = await self._answer_of(found)
+        stored = await self._reader.answer_of(found)
         if not isinstance(stored, CallToolResult):
             return None
         logger.info("tool %r: %s; %s", name, failure, choice.reason)

@@ -14,7 +14,7 @@ saved). Anything else, and the body is loaded when an answer is to be served.
 Every serve hands out a private copy (`Decoded.copy`): new containers and new model objects, with the
 immutable leaves (strings, numbers) shared; the structured content is copied by a plan of where its
 containers are, made once when the answer is held. A caller that mutates what it was given changes its own
-copy only, never the tier's, and never what a later caller is served. (`ToolCache(read_only_views=True)`
+copy only, never the tier's, and never what a later caller is served. (`CacheSettings(read_only_views=True)`
 hands out the held answer itself, and the caller promises not to change it.)
 """
 

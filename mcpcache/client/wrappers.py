@@ -19,7 +19,7 @@ import logging
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, final
 
 import anyio
 import mcp_types as mt
@@ -31,6 +31,7 @@ from pydantic import ValidationError
 from mcpcache.client import transport_guard
 from mcpcache.client.contracts import ViewCache
 from mcpcache.client.identity import connection_server_id, stdio_server_id, url_server_id
+from mcpcache.client.keys import NamedCall
 from mcpcache.client.outcomes import CallOutcome
 from mcpcache.client.policy import CacheMode
 from mcpcache.client.schemas import SCHEMAS
@@ -48,6 +49,7 @@ _FRESHNESS_ENDING = (
 PlainSend = Callable[[str, dict[str, Any], dict[str, Any] | None], Awaitable[mt.CallToolResult]]
 
 
+@final
 @dataclass(frozen=True)
 class CachedCall:
     """A result together with what the cache did to produce it."""
@@ -311,15 +313,16 @@ class _CachedView:
 
     def _fresh(
         self, name: str, arguments: Mapping[str, Any] | None, mode: CacheMode, variant: str = ""
-    ) -> CachedCall | None:
-        """A fresh hit served before anything else is built for the call (`ToolCache.fresh_hit`), or None."""
+    ) -> CachedCall | NamedCall | None:
+        """A fresh hit served before anything else is built for the call (`ToolCache.fresh_hit`); otherwise
+        the call as the cache named it, for `_execute` to hand on (None: not named, `execute` names it)."""
         if mode != "use":
             return None
         self._hook_notifications()
         era = self.session.protocol_version or "unknown"
         hit = self._cache.fresh_hit(self.server_id, era, name, arguments, variant)
-        if hit is None:
-            return None
+        if hit is None or type(hit) is NamedCall:
+            return hit
         self.last_outcome = hit[1]
         return CachedCall(*hit)
 
@@ -333,10 +336,13 @@ class _CachedView:
         send_plain: PlainSend,
         request_options: Mapping[str, Any],
         variant: str = "",
+        named: NamedCall | None = None,
     ) -> tuple[mt.CallToolResult, CallOutcome]:
         self._hook_notifications()
         conn = _SessionConnection(self, send_plain, request_options)
-        result, outcome = await self._cache.execute(conn, name, arguments, mode=mode, meta=meta, variant=variant)
+        result, outcome = await self._cache.execute(
+            conn, name, arguments, mode=mode, meta=meta, variant=variant, named=named
+        )
         self.last_outcome = outcome
         return result, outcome
 
@@ -373,8 +379,35 @@ class CachedMCPClient(_CachedView):
         meta: mt.RequestParamsMeta | None = None,
         cache_mode: CacheMode = "use",
     ) -> CachedCall:
-        if input_responses is None and request_state is None and (hit := self._fresh(name, arguments, cache_mode)):
-            return hit
+        fresh = self._fresh(name, arguments, cache_mode) if input_responses is None and request_state is None else None
+        if type(fresh) is CachedCall:  # not isinstance: a fresh hit is the hot path
+            return fresh
+        return await self._call(
+            name,
+            arguments,
+            read_timeout_seconds,
+            progress_callback,
+            input_responses=input_responses,
+            request_state=request_state,
+            meta=meta,
+            cache_mode=cache_mode,
+            named=fresh,
+        )
+
+    async def _call(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None,
+        read_timeout_seconds: float | None,
+        progress_callback: Any,
+        *,
+        input_responses: mt.InputResponses | None,
+        request_state: str | None,
+        meta: mt.RequestParamsMeta | None,
+        cache_mode: CacheMode,
+        named: NamedCall | None,
+    ) -> CachedCall:
+        """`call` once its fresh check missed (`named`: the call as it named it)."""
 
         async def send_plain(n: str, args: dict[str, Any], m: dict[str, Any] | None) -> mt.CallToolResult:
             return await self._client.call_tool(
@@ -392,7 +425,7 @@ class CachedMCPClient(_CachedView):
             cache_mode = "bypass"
         options = request_options(read_timeout_seconds, progress_callback)
         result, outcome = await self._execute(
-            name, arguments, mode=cache_mode, meta=meta, send_plain=send_plain, request_options=options
+            name, arguments, mode=cache_mode, meta=meta, send_plain=send_plain, request_options=options, named=named
         )
         return CachedCall(result, outcome)
 
@@ -414,9 +447,10 @@ class CachedMCPClient(_CachedView):
         cache_mode: CacheMode = "use",
     ) -> mt.CallToolResult:
         # The fresh hit tried here as `call` would: one coroutine less on the path a hit takes.
-        if input_responses is None and request_state is None and (hit := self._fresh(name, arguments, cache_mode)):
-            return hit.result  # type: ignore[no-any-return]
-        call = await self.call(
+        fresh = self._fresh(name, arguments, cache_mode) if input_responses is None and request_state is None else None
+        if type(fresh) is CachedCall:  # not isinstance: a fresh hit is the hot path
+            return fresh.result  # type: ignore[no-any-return]
+        call = await self._call(
             name,
             arguments,
             read_timeout_seconds,
@@ -425,6 +459,7 @@ class CachedMCPClient(_CachedView):
             request_state=request_state,
             meta=meta,
             cache_mode=cache_mode,
+            named=fresh,
         )
         result: mt.CallToolResult = call.result
         return result
@@ -451,15 +486,29 @@ class CachedSession(_CachedView):
         meta: mt.RequestParamsMeta | None = None,
         cache_mode: CacheMode = "use",
     ) -> CachedCall:
-        if hit := self._fresh(name, arguments, cache_mode):
-            return hit
+        fresh = self._fresh(name, arguments, cache_mode)
+        if type(fresh) is CachedCall:  # not isinstance: a fresh hit is the hot path
+            return fresh
+        return await self._call(name, arguments, read_timeout_seconds, progress_callback, meta, cache_mode, fresh)
+
+    async def _call(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None,
+        read_timeout_seconds: float | None,
+        progress_callback: Any,
+        meta: mt.RequestParamsMeta | None,
+        cache_mode: CacheMode,
+        named: NamedCall | None,
+    ) -> CachedCall:
+        """`call` once its fresh check missed (`named`: the call as it named it)."""
 
         async def send_plain(n: str, args: dict[str, Any], m: dict[str, Any] | None) -> mt.CallToolResult:
             return await self._session.call_tool(n, args, read_timeout_seconds, progress_callback, meta=m)  # type: ignore[arg-type]
 
         options = request_options(read_timeout_seconds, progress_callback)
         result, outcome = await self._execute(
-            name, arguments, mode=cache_mode, meta=meta, send_plain=send_plain, request_options=options
+            name, arguments, mode=cache_mode, meta=meta, send_plain=send_plain, request_options=options, named=named
         )
         return CachedCall(result, outcome)
 
@@ -478,10 +527,9 @@ class CachedSession(_CachedView):
         meta: mt.RequestParamsMeta | None = None,
         cache_mode: CacheMode = "use",
     ) -> mt.CallToolResult:
-        if hit := self._fresh(name, arguments, cache_mode):  # as in `CachedMCPClient.call_tool`
-            return hit.result  # type: ignore[no-any-return]
-        call = await self.call(
-            name, arguments, read_timeout_seconds, progress_callback, meta=meta, cache_mode=cache_mode
-        )
+        fresh = self._fresh(name, arguments, cache_mode)  # as in `CachedMCPClient.call_tool`
+        if type(fresh) is CachedCall:  # not isinstance: a fresh hit is the hot path
+            return fresh.result  # type: ignore[no-any-return]
+        call = await self._call(name, arguments, read_timeout_seconds, progress_callback, meta, cache_mode, fresh)
         result: mt.CallToolResult = call.result
         return result

@@ -40,7 +40,7 @@ from mcpcache.gateway.deltas import GatewayDeltas
 from mcpcache.gateway.history import DEFAULT_HISTORY_BYTES, StoreHistory
 from mcpcache.gateway.listen import Learned, ListenerFactory
 from mcpcache.gateway.memory import ReleaseMemoryAfterLargeAnswers
-from mcpcache.gateway.middleware import GatewayMiddleware, PartitionCaches
+from mcpcache.gateway.middleware import GatewayMiddleware, PartitionCaches, gateway_cache_settings
 from mcpcache.gateway.passthrough import PassedUpstream, SubscriberFactory, install_passthrough
 from mcpcache.gateway.stderr import StderrRelay
 from mcpcache.server.fastmcp import RevalidationCapability
@@ -315,12 +315,15 @@ def assemble_gateway(
     meta_key = config.gateway.meta_key
     if store is not None:
         store_settings = config.store
-        caches = PartitionCaches(
-            store,
+        cache_settings = gateway_cache_settings(
             meta_key=meta_key,
             decoded_bytes=store_settings.decoded_bytes if store_settings else DEFAULT_DECODED_BYTES,
-            partitions=store_settings.partitions if store_settings else DEFAULT_PARTITIONS,
             max_answer_bytes=store_settings.max_answer_bytes if store_settings else DEFAULT_MAX_ANSWER_BYTES,
+        )
+        caches = PartitionCaches(
+            store,
+            settings=cache_settings,
+            partitions=store_settings.partitions if store_settings else DEFAULT_PARTITIONS,
             tracer_provider=tracer_provider,
             meter_provider=meter_provider,
         )

@@ -41,6 +41,7 @@ from fastmcp.tools.base import RawStructuredToolResult, Tool, ToolResult
 from mcpcache.canonical import CanonicalizationError
 from mcpcache.client.cache import ToolCache
 from mcpcache.client.policy import DEFAULT_MAX_ANSWER_BYTES, reply_block
+from mcpcache.client.settings import CacheSettings
 from mcpcache.etag import content_tag
 from mcpcache.gateway.decisions import (
     ANONYMOUS_PARTITION,
@@ -90,11 +91,31 @@ from mcpcache.server.policies import CachePolicy
 from mcpcache.server.stubs import NO_OUTPUT_SCHEMA, StubCheck, StubChecks
 from mcpcache.stores.base import Store
 
-__all__ = ["GatewayMiddleware", "PartitionCaches", "current_principal", "principal_of"]
+__all__ = ["GatewayMiddleware", "PartitionCaches", "current_principal", "gateway_cache_settings", "principal_of"]
 
 logger = logging.getLogger("mcpcache.gateway")
 
 DEFAULT_KEEP_STALE_S = 3600.0
+
+
+def gateway_cache_settings(
+    *, meta_key: str = META_KEY, decoded_bytes: int, max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
+) -> CacheSettings:
+    """The settings every partition's `ToolCache` shares (`PartitionCaches`).
+
+    Trusted, with every declared tool a read (see _UpstreamConnection.read_only): an upstream error on one
+    call must not end the freshness of every other entry of the partition. Stale windows are handed on to the
+    callers' caches, which serve stale themselves: serving stale here would hand a stale answer on as if it
+    were fresh, with a fresh ttl."""
+    return CacheSettings(
+        share_public=True,
+        trusted=True,
+        meta_key=meta_key,
+        keep_stale_s=DEFAULT_KEEP_STALE_S,
+        decoded_tier_bytes=decoded_bytes,
+        max_answer_bytes=max_answer_bytes,
+        serve_stale=False,
+    )
 
 
 class PartitionCaches:
@@ -108,24 +129,25 @@ class PartitionCaches:
         self,
         store: Store,
         *,
-        meta_key: str = META_KEY,
-        decoded_bytes: int,
+        settings: CacheSettings,
         partitions: int,
-        keep_stale_s: float = DEFAULT_KEEP_STALE_S,
-        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
         clock: Callable[[], float] = time.monotonic,
         tracer_provider: Any | None = None,
         meter_provider: Any | None = None,
     ) -> None:
-        """`tracer_provider`, `meter_provider`: the OpenTelemetry providers of the partitions' caches (None:
-        the global ones, once set)."""
+        """`settings`: every partition's cache's (`gateway_cache_settings`); `tracer_provider`,
+        `meter_provider`: the OpenTelemetry providers of the partitions' caches (None: the global ones, once
+        set)."""
         self.store = store
         self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
-        self.meta_key = meta_key
-        self.decoded_bytes = decoded_bytes
-        self.max_answer_bytes = max_answer_bytes
-        self.keep_stale_s = keep_stale_s
+        self.settings = settings
+        # Callers the gateway cannot identify may send the upstream credentials of their own
+        # (forward_headers): what the upstream calls private is not theirs to share.
+        self._anonymous_settings = dataclasses.replace(settings, keep_private=False)
+        self.meta_key = settings.meta_key
+        self.max_answer_bytes = settings.max_answer_bytes
+        decoded_bytes = settings.tier_bytes
         self._caches: LRUCache[str, ToolCache] = LRUCache(maxsize=partitions)
         self.front = FrontTier(decoded_bytes // 4) if decoded_bytes > 0 else None
         """Fresh hits this replica serves again without asking the store, for up to a second (`front`)."""
@@ -134,23 +156,11 @@ class PartitionCaches:
     def get(self, partition: str) -> ToolCache:
         cache = self._caches.get(partition)
         if cache is None:
-            # trusted with every declared tool a read (see _UpstreamConnection.read_only): an upstream error
-            # on one call must not end the freshness of every other entry of the partition.
+            settings = self._anonymous_settings if partition == ANONYMOUS_PARTITION else self.settings
             cache = ToolCache(
                 self.store,
+                settings,
                 partition=partition,
-                share_public=True,
-                # Callers the gateway cannot identify may send the upstream credentials of their own
-                # (forward_headers): what the upstream calls private is not theirs to share.
-                keep_private=partition != ANONYMOUS_PARTITION,
-                trusted=True,
-                meta_key=self.meta_key,
-                keep_stale_s=self.keep_stale_s,
-                decoded_tier_bytes=self.decoded_bytes,
-                max_answer_bytes=self.max_answer_bytes,
-                # The gateway hands the stale windows on to its callers' caches, which serve stale themselves;
-                # serving stale here would hand a stale answer on as if it were fresh, with a fresh ttl.
-                serve_stale=False,
                 tracer_provider=self.tracer_provider,
                 meter_provider=self.meter_provider,
             )

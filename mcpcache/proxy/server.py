@@ -82,7 +82,7 @@ def _describe(settings: ProxySettings) -> str:
 async def serve(settings: ProxySettings) -> None:
     """Connect the upstream, then serve the host on stdio until it closes the connection or sends SIGTERM."""
     store = open_store(settings.store)
-    cache = ToolCache(store, partition=settings.partition, trusted=settings.trusted)
+    cache = ToolCache(store, settings.cache, partition=settings.partition)
     link = UpstreamLink(settings, cache)
     try:
         await link.open()

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import mcp_types as mt
 
 from mcpcache.client.identity import credentials_digest, environment_digest
+from mcpcache.client.settings import CacheSettings
 from mcpcache.protocol import META_KEY
 from mcpcache.stores.redis_shards import CLUSTER_SCHEMES, REDIS_URL_FORMS, SINGLE_SCHEMES
 
@@ -86,8 +87,8 @@ class ProxySettings:
     refs: RefsSettings | None = None
     server_id: str | None = None
     """Names the upstream in cache keys instead of its endpoint (see `upstream_identity`)."""
-    trusted: bool = False
-    """Believe the upstream's readOnlyHint and idempotentHint annotations (see `ToolCache(trusted=...)`)."""
+    cache: CacheSettings = field(default_factory=CacheSettings)
+    """The tool cache's settings (`--trust-annotations` is its `trusted`)."""
     upstream_era: UpstreamEra = "legacy"
 
 

@@ -27,7 +27,7 @@ from mcpcache.check.core import Report
 from mcpcache.check.drive import as_json, drive, raw_caller
 from mcpcache.check.scripted import ClientCheck, build_scripted_server
 from mcpcache.check.wire import RawResult
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.delta import FORMAT, apply
 from mcpcache.processes import accepts, free_port, stop_process
 from mcpcache.protocol import META_KEY
@@ -113,7 +113,7 @@ async def test_a_client_that_skips_the_digest_serves_a_corrupt_delta_and_fails()
 async def test_a_tool_cache_without_deltas_is_not_judged_on_them() -> None:
     check = ClientCheck()
     async with mcp.Client(InMemoryTransport(build_scripted_server(check))) as client:
-        view = ToolCache(MemoryStore(), deltas=False).wrap(client, server_id="scripted")
+        view = ToolCache(MemoryStore(), CacheSettings(deltas=False)).wrap(client, server_id="scripted")
 
         async def through(partition: str, tool: str, arguments: dict[str, Any]) -> Mapping[str, Any]:
             return as_json(await view.call_tool(tool, arguments))

@@ -12,7 +12,7 @@ from fixture_servers.twins import SCRIPT as TWINS_SCRIPT
 from stores.backends import Backend, memory_backend, redis_backend, sqlite_backend
 from support.transports import http_servers
 
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.stores import MemoryStore, Store
 
 from .harness import FakeClock
@@ -53,7 +53,7 @@ the fence rightly turns into a miss (a status the test did not expect). The dead
 
 @pytest.fixture
 async def opened(backend: Backend, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Store]:
-    defaults = ToolCache.__init__.__kwdefaults__
+    defaults = CacheSettings.__init__.__kwdefaults__
     assert defaults is not None
     assert "store_deadline_s" in defaults
     monkeypatch.setitem(defaults, "store_deadline_s", GENEROUS_STORE_DEADLINE_S)

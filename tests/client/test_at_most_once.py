@@ -33,7 +33,7 @@ from gateway.conftest import served_in_thread
 from mcp.shared.exceptions import MCPError
 from support.relay import Relay
 
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.stores import MemoryStore
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -154,7 +154,7 @@ async def test_under_random_resets_a_tool_without_hints_runs_at_most_once(
     kind: str, trusted: bool, seed: int, relay: tuple[Relay, str], served: Served
 ) -> None:
     lossy, url = relay
-    cache = ToolCache(MemoryStore(), trusted=trusted)
+    cache = ToolCache(MemoryStore(), CacheSettings(trusted=trusted))
     prefix = f"{kind}-{seed}"
     async with client_of(kind, url) as client:
         view = cache.wrap(client, server_id=f"at-most-once-{kind}")

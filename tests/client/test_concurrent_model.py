@@ -38,7 +38,7 @@ import pytest
 from stores.backends import Backend, FakeClock
 from support.transports import MODERN, ServerTarget
 
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.client.policy import CacheMode
 from mcpcache.stores import Store
 
@@ -236,7 +236,7 @@ async def three_caches(backend: Backend, pad: str = "") -> AsyncIterator[Run]:
         conns: dict[str, tuple[Conn, str]] = {}
         for name, partition, kind in CACHES:
             store = shared if shared is not None else await stack.enter_async_context(backend.open())
-            cache = ToolCache(store, partition=partition, trusted=True, clock=clock)
+            cache = ToolCache(store, CacheSettings(trusted=True), partition=partition, clock=clock)
             conn = await stack.enter_async_context(connect(kind, target, MODERN, cache, server_id=SERVER_ID))
             conns[name] = (conn, partition)
         yield Run(clock, state, conns)

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from stores.backends import BYTE_FLIP, Backend, FakeClock, clock_of, sqlite_backend
 from support.transports import MODERN, ServerTarget
 
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.client.entries import decode_result, encode_result
 from mcpcache.client.keys import CallIdentity
 from mcpcache.client.tier import DecodedTier, _planned, copy_result, hold
@@ -180,7 +180,7 @@ async def test_a_held_answer_is_looked_up_by_its_metadata_only(clock: FakeClock)
 
 async def test_without_the_tier_every_lookup_reads_the_body(clock: FakeClock) -> None:
     store = CountingStore(clock)
-    cache = ToolCache(store, clock=clock, decoded_tier_bytes=0)
+    cache = ToolCache(store, CacheSettings(decoded_tier_bytes=0), clock=clock)
     async with connect("mcp", ServerTarget.memory(build_lab("sdk")), MODERN, cache, server_id=SERVER_ID) as conn:
         await conn.call("read", K)
         call = await conn.call("read", K)
@@ -242,7 +242,7 @@ class ReplacingStore(MemoryStore):
 @pytest.mark.parametrize("when", ["fresh", "revalidated"])
 async def test_an_answer_replaced_while_its_body_loads_is_looked_up_again(clock: FakeClock, when: str) -> None:
     store = ReplacingStore(clock)
-    cache = ToolCache(store, clock=clock, decoded_tier_bytes=0)
+    cache = ToolCache(store, CacheSettings(decoded_tier_bytes=0), clock=clock)
     lab = Lab()
     async with connect("mcp", ServerTarget.memory(build_lab("sdk", lab)), MODERN, cache, server_id=SERVER_ID) as conn:
         first = await conn.call("read", K)
@@ -353,12 +353,12 @@ def test_the_tier_is_bounded_and_keyed_by_version() -> None:
     off.put("a", hold(decoded, body, "t", "sum"))
     assert len(off) == 0
     with pytest.raises(ValueError, match="decoded_tier_bytes"):
-        ToolCache(MemoryStore(), decoded_tier_bytes=-1)
+        ToolCache(MemoryStore(), CacheSettings(decoded_tier_bytes=-1))
 
 
 async def test_an_answer_larger_than_the_tier_is_served_from_the_store(clock: FakeClock) -> None:
     store = CountingStore(clock)
-    cache = ToolCache(store, clock=clock, decoded_tier_bytes=10)
+    cache = ToolCache(store, CacheSettings(decoded_tier_bytes=10), clock=clock)
     async with connect("mcp", ServerTarget.memory(build_lab("sdk")), MODERN, cache, server_id=SERVER_ID) as conn:
         await conn.call("read", K)
         for _ in range(2):

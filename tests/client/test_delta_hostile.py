@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from support.transports import ERAS, MODERN, Era, ServerTarget
 
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.delta import FORMAT, FORMATS, MAX_OPS, diff
 from mcpcache.etag import answer_digest
 from mcpcache.protocol import ACCEPT_DELTA_KEY, DELTA_KEY, META_KEY, NOT_MODIFIED_KEY
@@ -230,7 +230,7 @@ def unasked_deltas(*, to_untagged: bool) -> Rewrite:
 @pytest.mark.parametrize("era", ERAS)
 @pytest.mark.parametrize("view_kind", VIEW_KINDS)
 async def test_a_delta_nobody_asked_for_is_a_repeat_in_full(view_kind: ViewKind, era: Era, clock: FakeClock) -> None:
-    cache = ToolCache(MemoryStore(clock=clock), clock=clock, deltas=False)
+    cache = ToolCache(MemoryStore(clock=clock), CacheSettings(deltas=False), clock=clock)
     lab = Lab()
     lab.rewrite = unasked_deltas(to_untagged=False)
     async with connect(view_kind, ServerTarget.memory(build_lab("sdk", lab)), era, cache) as conn:

@@ -18,7 +18,7 @@ from mcp.client.streamable_http import streamable_http_client
 from support.transports import http_servers
 
 from mcpcache.bench.worker import HTTP_MAX_EVENT_BYTES
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.demo.notebooks import generate_notebook_of_size
 from mcpcache.stores import SQLiteStore
 from mcpcache.wire_count import CountingTransport, WireLog
@@ -51,7 +51,7 @@ async def test_a_one_cell_edit_of_the_5_mb_notebook_is_read_back_in_a_few_hundre
 ) -> None:
     url = demo_urls[mode]
     log = WireLog()
-    cache = ToolCache(SQLiteStore(tmp_path / "tools.db"), trusted=True)
+    cache = ToolCache(SQLiteStore(tmp_path / "tools.db"), CacheSettings(trusted=True))
     transport = CountingTransport(streamable_http_client(url, max_sse_event_size=HTTP_MAX_EVENT_BYTES), log)
     async with mcp.Client(transport) as client:
         cached = cache.wrap(client, server_id=url)

@@ -16,7 +16,7 @@ import pytest
 from stores.backends import Backend, clock_of
 from support.transports import ERAS, MODERN, Era, ServerTarget
 
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.client.entries import TOOLS_GROUP, decode_result
 from mcpcache.client.policy import EntryMeta
 from mcpcache.delta import FORMATS
@@ -72,7 +72,7 @@ async def test_an_edited_answer_comes_as_a_delta_and_is_patched(
     backend: Backend, opened: Store, view_kind: ViewKind, server_kind: ServerKind
 ) -> None:
     clock = clock_of(backend)
-    cache = ToolCache(opened, trusted=True, clock=clock)
+    cache = ToolCache(opened, CacheSettings(trusted=True), clock=clock)
     lab = Lab()
     lab.docs.write("k", edition(1))
     target = ServerTarget.memory(build_lab(server_kind, lab))
@@ -103,7 +103,7 @@ async def test_an_edited_answer_comes_as_a_delta_and_is_patched(
         again = await conn.call("read", KEY)
         assert again.outcome.status == "fresh_hit"
         assert plain(again.result) == plain(stock)
-    other = ToolCache(opened, trusted=True, clock=clock, deltas=False)
+    other = ToolCache(opened, CacheSettings(trusted=True, deltas=False), clock=clock)
     async with connect(view_kind, target, MODERN, other, server_id=SERVER_ID) as conn:
         seen = await conn.call("read", KEY)
         assert seen.outcome.status == "fresh_hit"
@@ -120,7 +120,7 @@ async def test_a_patched_answer_is_stored_as_served_whatever_its_caller_does_wit
     served, even when the caller changes the result it got before the write lands; a lookup in the process
     waits for the write, and another cache over the store reads it once `flush()` returns."""
     clock = clock_of(backend)
-    cache = ToolCache(opened, trusted=True, clock=clock)
+    cache = ToolCache(opened, CacheSettings(trusted=True), clock=clock)
     lab = Lab()
     lab.docs.write("k", edition(1))
     target = ServerTarget.memory(build_lab("fastmcp", lab))
@@ -137,7 +137,7 @@ async def test_a_patched_answer_is_stored_as_served_whatever_its_caller_does_wit
         assert again.outcome.status == "fresh_hit"
         assert plain(again.result) == served
         await cache.flush()
-    other = ToolCache(opened, trusted=True, clock=clock)
+    other = ToolCache(opened, CacheSettings(trusted=True), clock=clock)
     async with connect("mcp", target, MODERN, other, server_id=SERVER_ID) as conn:
         seen = await conn.call("read", KEY)
         assert seen.outcome.status == "fresh_hit"
@@ -160,10 +160,12 @@ async def test_a_patched_answer_found_too_large_when_written_is_not_kept(clock: 
     lab = Lab()
     lab.docs.write("k", edition(1))
     target = ServerTarget.memory(build_lab("fastmcp", lab))
-    async with connect("mcp", target, MODERN, ToolCache(store, trusted=True, clock=clock), server_id=SERVER_ID) as conn:
+    async with connect(
+        "mcp", target, MODERN, ToolCache(store, CacheSettings(trusted=True), clock=clock), server_id=SERVER_ID
+    ) as conn:
         await conn.call("read", KEY)
     _meta, body = await stored_item_of(store, "read")
-    cache = ToolCache(store, trusted=True, clock=clock, max_answer_bytes=len(body) + 40)
+    cache = ToolCache(store, CacheSettings(trusted=True, max_answer_bytes=len(body) + 40), clock=clock)
     async with connect("mcp", target, MODERN, cache, server_id=SERVER_ID) as conn:
         await conn.call("edit", {"key": "k", "text": edition(2) + " and a few more words" * 10})
         clock.advance(0.001)
@@ -201,7 +203,7 @@ async def test_the_patched_answer_is_stored_in_the_bytes_a_full_answer_is(clock:
     stores = {"deltas": MemoryStore(clock=clock), "whole": MemoryStore(clock=clock)}
     caches = {
         "deltas": ToolCache(stores["deltas"], clock=clock),
-        "whole": ToolCache(stores["whole"], clock=clock, deltas=False),
+        "whole": ToolCache(stores["whole"], CacheSettings(deltas=False), clock=clock),
     }
     async with (
         connect("mcp", target, MODERN, caches["deltas"], server_id=SERVER_ID) as with_deltas,
@@ -228,7 +230,7 @@ async def test_the_patched_answer_is_stored_in_the_bytes_a_full_answer_is(clock:
 
 
 async def test_deltas_off_asks_for_none_and_gets_the_whole_answer(clock: FakeClock) -> None:
-    cache = ToolCache(MemoryStore(clock=clock), clock=clock, deltas=False)
+    cache = ToolCache(MemoryStore(clock=clock), CacheSettings(deltas=False), clock=clock)
     lab = Lab()
     lab.docs.write("k", edition(1))
     async with connect("session", ServerTarget.memory(build_lab("sdk", lab)), MODERN, cache) as conn:
@@ -242,7 +244,7 @@ async def test_deltas_off_asks_for_none_and_gets_the_whole_answer(clock: FakeClo
     assert accepted(lab.seen_meta[0]) is None
     assert lab.seen_meta[0][META_KEY]["etag"]  # type: ignore[index]  # still a conditional request
     with pytest.raises(TypeError, match="deltas"):
-        ToolCache(MemoryStore(), deltas="yes")  # type: ignore[arg-type]
+        ToolCache(MemoryStore(), CacheSettings(deltas="yes"))  # type: ignore[arg-type]
 
 
 async def test_a_patched_answer_is_the_callers_own_copy(clock: FakeClock, cache: ToolCache) -> None:
@@ -306,7 +308,7 @@ async def test_a_base_the_store_lost_meanwhile(tier: str, clock: FakeClock) -> N
     cache that still holds that version decoded patches it; one that must load it from the store does not
     hold the base any more, and asks again in full. Either way the caller gets the server's answer."""
     store = MemoryStore(clock=clock)
-    cache = ToolCache(store, clock=clock, decoded_tier_bytes=None if tier == "held decoded" else 0)
+    cache = ToolCache(store, CacheSettings(decoded_tier_bytes=None if tier == "held decoded" else 0), clock=clock)
     lab = Lab()
     lab.docs.write("k", edition(1))
     async with connect("mcp", ServerTarget.memory(build_lab("sdk", lab)), MODERN, cache) as conn:

@@ -20,7 +20,7 @@ from stores.test_faults import LockHolder
 from support.redis_server import RedisServer
 from support.transports import MODERN, ServerTarget
 
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.client.keys import CallIdentity
 from mcpcache.stores import Item, MemoryStore, RedisStore, SQLiteStore
 
@@ -294,7 +294,7 @@ async def test_a_record_corrupted_inside_sqlite_is_a_miss(corruption: str, tmp_p
     async with backend.open() as store:
         # The store's own corruption handling, as the driver meets it: no decoded copy in front of the store
         # (with one, a body corrupted underneath is not even read: tests/client/test_decoded_tier.py).
-        cache = ToolCache(store, clock=clock, decoded_tier_bytes=0)
+        cache = ToolCache(store, CacheSettings(decoded_tier_bytes=0), clock=clock)
         async with connect("mcp", ServerTarget.memory(build_lab("sdk")), MODERN, cache, server_id=SERVER_ID) as conn:
             await conn.call("read", K)
             await backend.corruptions[corruption](store, identity().key("private"))
@@ -319,7 +319,7 @@ async def test_a_store_that_fails_the_write_behind_a_patched_answer(clock: FakeC
     stored one is the older version, so the server sends the change again)."""
     long = " ".join(f"line {n}: the quick brown fox jumps over the lazy dog" for n in range(150))
     store = BrokenStore(clock, set())
-    cache = ToolCache(store, clock=clock, trusted=True)
+    cache = ToolCache(store, CacheSettings(trusted=True), clock=clock)
     lab = Lab()
     lab.docs.write("k", f"{long}\nedition 1")
     async with connect("mcp", ServerTarget.memory(build_lab("sdk", lab)), MODERN, cache, server_id=SERVER_ID) as conn:

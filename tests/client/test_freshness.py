@@ -16,7 +16,7 @@ import mcp_types as mt
 import pytest
 from support.transports import ERAS, LEGACY, MODERN, Era, ServerTarget
 
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.stores import MemoryStore
 
 from .harness import VIEW_KINDS, Conn, FakeClock, ViewKind, connect
@@ -38,8 +38,8 @@ async def status_of(conn: Conn, arguments: dict[str, Any] = K) -> str:
 async def test_trusted_annotations(
     view_kind: ViewKind, server_kind: ServerKind, clock: FakeClock, store: MemoryStore
 ) -> None:
-    alice = ToolCache(store, partition="alice", trusted=True, clock=clock)
-    bob = ToolCache(store, partition="bob", trusted=True, clock=clock)
+    alice = ToolCache(store, CacheSettings(trusted=True), partition="alice", clock=clock)
+    bob = ToolCache(store, CacheSettings(trusted=True), partition="bob", clock=clock)
     lab = Lab()
     server = build_lab(server_kind, lab)
     async with (
@@ -80,7 +80,7 @@ async def test_trusted_annotations(
 @pytest.mark.parametrize("tool", ["peek", "edit", "touch"])
 async def test_untrusted_annotations_are_not_believed(tool: str, clock: FakeClock, cache: ToolCache) -> None:
     # ends_freshness: without trust, any call answered without a cache block may have changed something.
-    assert not cache.trusted
+    assert not cache.settings.trusted
     async with connect("mcp", ServerTarget.memory(build_lab("fastmcp")), MODERN, cache) as conn:
         assert await status_of(conn) == "miss"
         await conn.call("read", {"key": "other"})  # answered with a block: a read, even untrusted
@@ -100,7 +100,7 @@ async def test_an_ended_freshness_survives_a_store_that_failed_to_record_it(cloc
             await super().save(key, item)
 
     store = FailsWhileTold(clock=clock)
-    cache = ToolCache(store, trusted=True, clock=clock)
+    cache = ToolCache(store, CacheSettings(trusted=True), clock=clock)
     async with connect("mcp", ServerTarget.memory(build_lab("sdk")), MODERN, cache) as conn:
         assert await status_of(conn) == "miss"
         store.failing = True
@@ -202,7 +202,7 @@ async def test_a_notification_before_the_first_call_is_not_missed(
 async def test_a_tool_list_change_rereads_the_annotations(clock: FakeClock, store: MemoryStore) -> None:
     lab = Lab()
     server = build_lab("fastmcp", lab)
-    cache = ToolCache(store, trusted=True, clock=clock)
+    cache = ToolCache(store, CacheSettings(trusted=True), clock=clock)
     heard = Announcements()
     async with connect("mcp", ServerTarget.memory(server), LEGACY, cache, message_handler=heard) as conn:
         assert await status_of(conn) == "miss"

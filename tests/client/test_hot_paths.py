@@ -22,7 +22,7 @@ import pytest
 from stores.backends import Backend, FakeClock, clock_of
 from support.transports import MODERN, ServerTarget
 
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.client.background import Deferred
 from mcpcache.client.keys import CallIdentity
 from mcpcache.client.tier import hold
@@ -51,7 +51,7 @@ def key_of(cache: ToolCache, arguments: Mapping[str, Any] = K, tool: str = "read
 async def test_a_callers_changes_never_reach_a_later_serve_of_a_large_answer(backend: Backend, opened: Store) -> None:
     clock = clock_of(backend)
     cache = ToolCache(opened, clock=clock)
-    assert cache.read_only_views is False  # the default
+    assert cache.settings.read_only_views is False  # the default
     lab = Lab()
     lab.docs.write("k", LONG)
     async with connect("mcp", ServerTarget.memory(build_lab("sdk", lab)), MODERN, cache, server_id=SERVER_ID) as conn:
@@ -97,7 +97,7 @@ def test_a_planned_copy_shares_nothing_a_caller_can_change() -> None:
 
 async def test_a_read_only_view_is_the_held_answer_itself_and_never_reaches_the_store(clock: FakeClock) -> None:
     store = MemoryStore(clock=clock)
-    cache = ToolCache(store, clock=clock, read_only_views=True)
+    cache = ToolCache(store, CacheSettings(read_only_views=True), clock=clock)
     lab = Lab()
     async with connect("mcp", ServerTarget.memory(build_lab("sdk", lab)), MODERN, cache, server_id=SERVER_ID) as conn:
         first = await conn.call("read", K)
@@ -160,7 +160,7 @@ class GatedStore(SQLiteStore):
 async def test_a_revalidation_is_recorded_after_its_answer_and_read_by_the_next_lookup(tmp_path: Path) -> None:
     clock = FakeClock()
     store = GatedStore(tmp_path / "cache.db", clock)
-    cache = ToolCache(store, clock=clock, store_deadline_s=30)
+    cache = ToolCache(store, CacheSettings(store_deadline_s=30), clock=clock)
     async with connect("mcp", ServerTarget.memory(build_lab("sdk")), MODERN, cache, server_id=SERVER_ID) as conn:
         assert (await conn.call("read", K)).outcome.status == "miss"
         clock.advance(6)
@@ -191,7 +191,7 @@ async def test_a_revalidation_is_recorded_after_its_answer_and_read_by_the_next_
 async def test_close_writes_the_records_still_pending(tmp_path: Path) -> None:
     clock = FakeClock()
     store = GatedStore(tmp_path / "cache.db", clock)
-    cache = ToolCache(store, clock=clock, store_deadline_s=30)
+    cache = ToolCache(store, CacheSettings(store_deadline_s=30), clock=clock)
     async with connect("mcp", ServerTarget.memory(build_lab("sdk")), MODERN, cache, server_id=SERVER_ID) as conn:
         await conn.call("read", K)
         clock.advance(6)
@@ -216,7 +216,7 @@ async def test_a_late_record_never_freshens_the_newer_answer_another_process_sto
     path = tmp_path / "cache.db"
     store_a = GatedStore(path, clock)
     store_b = SQLiteStore(path, clock=clock)
-    a = ToolCache(store_a, clock=clock, store_deadline_s=30)
+    a = ToolCache(store_a, CacheSettings(store_deadline_s=30), clock=clock)
     b = ToolCache(store_b, clock=clock)
     lab = Lab()
     target = ServerTarget.memory(build_lab("sdk", lab))
@@ -364,7 +364,7 @@ async def test_a_fresh_hit_follows_a_key_rule_declared_after_its_memo_was_filled
         return f"{key}:{noise}:{len(runs)}"
 
     install(server, ToolPolicies({"read": CachePolicy(ttl_ms=60_000, key_arguments=["key"])}))
-    cache = ToolCache(opened, clock=clock_of(backend), trusted=True)
+    cache = ToolCache(opened, CacheSettings(trusted=True), clock=clock_of(backend))
     async with connect("mcp", ServerTarget.memory(server), MODERN, cache, server_id=SERVER_ID) as conn:
         first = await conn.call("read", {"key": "k", "noise": 1})
         assert first.result.content[0].text == "k:1:1"
@@ -379,3 +379,47 @@ async def test_a_fresh_hit_follows_a_key_rule_declared_after_its_memo_was_filled
             assert (call.outcome.status, call.result.content[0].text) == ("fresh_hit", "k:1:1")
         assert (await conn.call("read", {"key": "j", "noise": 9})).result.content[0].text == "j:1:2"
         assert runs == [("k", 1), ("j", 1)]
+
+
+# -- a miss names the call once ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["mcp", "session", "fastmcp"])
+async def test_a_miss_builds_the_calls_identity_and_key_once_and_checks_freshness_once(
+    kind: str, monkeypatch: pytest.MonkeyPatch, clock: FakeClock
+) -> None:
+    """Through a real server in memory: the view's fast path names the call (identity, store key, one copy
+    of the arguments) and the driver's slow path takes that name, instead of building it again and running
+    the fresh check a second time before the lookup."""
+    from mcpcache.client.keyrules import KeyRules
+    from mcpcache.client.lookup import Reader
+
+    counts = {"identity": 0, "key": 0, "fresh_now": 0}
+    build, key, fresh_now = KeyRules.identity, CallIdentity.key, Reader.fresh_now
+
+    def counted_identity(*args: Any, **kwargs: Any) -> CallIdentity:
+        counts["identity"] += 1
+        return build(*args, **kwargs)
+
+    def counted_key(self: CallIdentity, *args: Any, **kwargs: Any) -> str:
+        if args == ("private",) and not kwargs:
+            counts["key"] += 1
+        return key(self, *args, **kwargs)
+
+    def counted_fresh_now(self: Reader, *args: Any) -> Any:
+        counts["fresh_now"] += 1
+        return fresh_now(self, *args)
+
+    monkeypatch.setattr(KeyRules, "identity", staticmethod(counted_identity))
+    monkeypatch.setattr(CallIdentity, "key", counted_key)
+    monkeypatch.setattr(Reader, "fresh_now", counted_fresh_now)
+    cache = ToolCache(MemoryStore(clock=clock), clock=clock)  # a clock that stands still: no ttl runs out
+    server = build_lab("fastmcp" if kind == "fastmcp" else "sdk")
+    async with connect(kind, ServerTarget.memory(server), MODERN, cache, server_id=SERVER_ID) as conn:  # type: ignore[arg-type]
+        arguments = {"key": "k"}
+        miss = await conn.call("read", arguments)
+        assert miss.outcome.status == "miss"
+        assert counts == {"identity": 1, "key": 1, "fresh_now": 1}
+        arguments["key"] = "changed after the call"  # the cache kept a copy of its own
+        hit = await conn.call("read", K)
+        assert hit.outcome.status == "fresh_hit"

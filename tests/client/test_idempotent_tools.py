@@ -23,7 +23,7 @@ from gateway.conftest import served_in_thread
 from mcp.shared.exceptions import MCPError
 from support.relay import Loss, Relay
 
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.client.resend import KeepFailure, SendAgain, decide_resend
 from mcpcache.stores import MemoryStore
 
@@ -124,7 +124,7 @@ async def test_a_lost_call_of_an_idempotent_tool_is_sent_once_more_and_answered(
     kind: str, loss: Loss, relay: tuple[Relay, str], runs_server: str
 ) -> None:
     lossy, url = relay
-    cache = ToolCache(MemoryStore(), trusted=True)
+    cache = ToolCache(MemoryStore(), CacheSettings(trusted=True))
     async with client_of(kind, url) as client:
         view = cache.wrap(client, server_id=f"idempotent-{kind}")
         await call(view, kind, "look", {"key": "k"})  # the connection is in use, the annotations read
@@ -147,7 +147,7 @@ async def test_a_lost_call_of_a_tool_that_is_not_idempotent_fails_and_ran_once(
     kind: str, loss: Loss, relay: tuple[Relay, str], runs_server: str
 ) -> None:
     lossy, url = relay
-    cache = ToolCache(MemoryStore(), trusted=True)
+    cache = ToolCache(MemoryStore(), CacheSettings(trusted=True))
     async with client_of(kind, url) as client:
         view = cache.wrap(client, server_id=f"not-idempotent-{kind}")
         await call(view, kind, "look", {"key": "k"})
@@ -170,7 +170,7 @@ async def test_a_lost_call_of_a_read_only_tool_is_sent_once_more(
     kind: str, relay: tuple[Relay, str], runs_server: str
 ) -> None:
     lossy, url = relay
-    cache = ToolCache(MemoryStore(), trusted=True)
+    cache = ToolCache(MemoryStore(), CacheSettings(trusted=True))
     async with client_of(kind, url) as client:
         view = cache.wrap(client, server_id=f"read-only-{kind}")
         await call(view, kind, "put", {"key": "k", "value": "v"})  # reads the annotations
@@ -204,7 +204,7 @@ async def test_concurrent_identical_calls_of_an_idempotent_tool_each_send_their_
 ) -> None:
     """Idempotence is about the effect, not the answer: two identical writes at once are two requests, each
     answered by its own run (the server holds each until both are running)."""
-    cache = ToolCache(MemoryStore(), trusted=True)
+    cache = ToolCache(MemoryStore(), CacheSettings(trusted=True))
     answers: list[Any] = []
     async with client_of(kind, runs_server) as client:
         view = cache.wrap(client, server_id=f"concurrent-{kind}")

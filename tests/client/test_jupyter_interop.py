@@ -34,7 +34,7 @@ from mcp.server.mcpserver import MCPServer  # noqa: E402
 from support.calls import call_raw, call_stock  # noqa: E402
 from support.transports import ERAS, MODERN, Era, ServerTarget, stock_client  # noqa: E402
 
-from mcpcache.client import ToolCache  # noqa: E402
+from mcpcache.client import CacheSettings, ToolCache  # noqa: E402
 from mcpcache.protocol import (  # noqa: E402
     META_KEY,
     NOT_MODIFIED_KEY,
@@ -148,8 +148,8 @@ async def test_our_cache_against_jupyters_revalidation(
 async def test_jupyters_session_scope_is_private(clock: FakeClock, store: MemoryStore) -> None:
     state = JupyterStyle({"a.ipynb": "x", "b.ipynb": "y"})
     server = build_jupyter_style(state)
-    alice = ToolCache(store, partition="alice", share_public=True, clock=clock)
-    bob = ToolCache(store, partition="bob", share_public=True, clock=clock)
+    alice = ToolCache(store, CacheSettings(share_public=True), partition="alice", clock=clock)
+    bob = ToolCache(store, CacheSettings(share_public=True), partition="bob", clock=clock)
     async with (
         connect("mcp", ServerTarget.memory(server), MODERN, alice, server_id="jupyter") as a,
         connect("mcp", ServerTarget.memory(server), MODERN, bob, server_id="jupyter") as b,
@@ -220,7 +220,7 @@ CELL = {"notebook_name": "default", "cell_index": 0}
 @pytest.mark.parametrize("era", ERAS)
 async def test_the_real_jupyter_mcp_server(jupyter_stack: JupyterStack, era: Era) -> None:
     clock = FakeClock()
-    cache = ToolCache(MemoryStore(clock=clock), trusted=True, clock=clock)
+    cache = ToolCache(MemoryStore(clock=clock), CacheSettings(trusted=True), clock=clock)
     target = ServerTarget.http("sdk", jupyter_stack.url)
     async with connect("mcp", target, era, cache) as conn:
         for tool, args in (("read_notebook", NOTEBOOK), ("read_cell", CELL)):

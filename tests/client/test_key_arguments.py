@@ -22,7 +22,7 @@ from mcp.server.mcpserver import MCPServer
 from stores.backends import Backend, clock_of
 from support.transports import LEGACY, MODERN, ServerTarget, http_servers
 
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.client.keys import CallIdentity
 from mcpcache.key_arguments import KeyArguments, MalformedKeyArguments, key_arguments_of
 from mcpcache.server import CachePolicy, DeclarationError, RevalidationExtension, ToolPolicies, cache_meta
@@ -94,9 +94,9 @@ def test_keys_of_a_projection_never_meet_keys_on_every_argument() -> None:
 def test_the_override_is_checked_when_the_cache_is_made() -> None:
     store = MemoryStore()
     with pytest.raises(ValueError, match="not both"):
-        ToolCache(store, key_arguments={"t": ["a"]}, ignore_arguments={"t": ["b"]})
+        ToolCache(store, CacheSettings(key_arguments={"t": ["a"]}, ignore_arguments={"t": ["b"]}))
     with pytest.raises(TypeError):
-        ToolCache(store, key_arguments={"t": "path"})  # type: ignore[dict-item]
+        ToolCache(store, CacheSettings(key_arguments={"t": "path"}))  # type: ignore[dict-item]
 
 
 # Through real clients -------------------------------------------------------------------------------
@@ -111,7 +111,7 @@ async def runs(conn: Conn, tool: str, path: str) -> int:
 async def test_a_trusted_cache_shares_an_answer_across_a_volatile_argument(
     view_kind: ViewKind, backend: Backend, opened: Store
 ) -> None:
-    cache = ToolCache(opened, trusted=True, clock=clock_of(backend))
+    cache = ToolCache(opened, CacheSettings(trusted=True), clock=clock_of(backend))
     async with connect(view_kind, ServerTarget.memory(build_keyed()), MODERN, cache) as conn:
         first = await conn.call("read_doc", {"path": "a.txt", "request_id": "r1"})
         assert (first.outcome.status, first.outcome.stored) == ("miss", True)
@@ -150,7 +150,7 @@ async def test_an_untrusted_cache_keys_on_every_argument_unless_told_per_tool(
 
     # The client's own override, for a server it does not control: it wins over the server's declaration
     # (here it keys `read_plain`, which declares nothing, and `read_doc` on nothing but `path` too).
-    overridden = ToolCache(opened, partition="mine", clock=clock, key_arguments={"read_plain": ["path"]})
+    overridden = ToolCache(opened, CacheSettings(key_arguments={"read_plain": ["path"]}), partition="mine", clock=clock)
     async with connect(view_kind, ServerTarget.memory(build_keyed()), MODERN, overridden) as conn:
         await conn.call("read_plain", {"path": "a.txt", "request_id": "r1"})
         mark = conn.mark()
@@ -158,21 +158,23 @@ async def test_an_untrusted_cache_keys_on_every_argument_unless_told_per_tool(
         assert conn.tool_calls(mark) == 0
         assert (await conn.call("read_plain", {"path": "b.txt", "request_id": "r2"})).outcome.status == "miss"
 
-    ignoring = ToolCache(opened, partition="other", clock=clock, ignore_arguments={"read_plain": ["request_id"]})
+    ignoring = ToolCache(
+        opened, CacheSettings(ignore_arguments={"read_plain": ["request_id"]}), partition="other", clock=clock
+    )
     async with connect(view_kind, ServerTarget.memory(build_keyed()), MODERN, ignoring) as conn:
         await conn.call("read_plain", {"path": "a.txt", "request_id": "r1"})
         assert (await conn.call("read_plain", {"path": "a.txt", "request_id": "r9"})).outcome.status == "fresh_hit"
 
 
 async def test_the_override_wins_over_the_trusted_declaration() -> None:
-    cache = ToolCache(MemoryStore(), trusted=True, key_arguments={"read_doc": ["path", "request_id"]})
+    cache = ToolCache(MemoryStore(), CacheSettings(trusted=True, key_arguments={"read_doc": ["path", "request_id"]}))
     async with connect("mcp", ServerTarget.memory(build_keyed()), MODERN, cache) as conn:
         await conn.call("read_doc", {"path": "a.txt", "request_id": "r1"})
         assert (await conn.call("read_doc", {"path": "a.txt", "request_id": "r2"})).outcome.status == "miss"
 
 
 async def test_a_malformed_declaration_keys_on_every_argument_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
-    cache = ToolCache(MemoryStore(), trusted=True)
+    cache = ToolCache(MemoryStore(), CacheSettings(trusted=True))
     with caplog.at_level(logging.WARNING, logger="mcpcache.client"):
         async with connect("fastmcp", ServerTarget.memory(build_keyed()), MODERN, cache) as conn:
             first = await conn.call("read_bad", {"path": "a.txt", "request_id": "r1"})
@@ -188,7 +190,7 @@ async def test_a_malformed_declaration_keys_on_every_argument_with_a_warning(cap
 
 
 async def test_an_invalidation_by_the_full_arguments_reaches_the_projected_entry() -> None:
-    cache = ToolCache(MemoryStore(), trusted=True)
+    cache = ToolCache(MemoryStore(), CacheSettings(trusted=True))
     async with connect("session", ServerTarget.memory(build_keyed()), MODERN, cache) as conn:
         await conn.call("read_doc", {"path": "a.txt", "request_id": "r1"})
         await conn.view.invalidate("read_doc", {"path": "a.txt", "request_id": "r7"})
@@ -217,7 +219,7 @@ async def all_at_once(conn: Conn, state: KeyedState, arguments: list[dict[str, A
 @pytest.mark.parametrize("view_kind", VIEW_KINDS)
 async def test_calls_differing_only_in_an_ignored_argument_share_one_request(view_kind: ViewKind) -> None:
     state = KeyedState()
-    cache = ToolCache(MemoryStore(), trusted=True)
+    cache = ToolCache(MemoryStore(), CacheSettings(trusted=True))
     async with connect(view_kind, ServerTarget.memory(build_keyed(state)), MODERN, cache) as conn:
         mark = conn.mark()
         calls = await all_at_once(conn, state, [{"path": "a.txt", "request_id": f"r{n}"} for n in range(10)])
@@ -230,7 +232,7 @@ async def test_calls_differing_only_in_an_ignored_argument_share_one_request(vie
 @pytest.mark.parametrize("view_kind", VIEW_KINDS)
 async def test_calls_differing_in_a_key_argument_never_share(view_kind: ViewKind) -> None:
     state = KeyedState()
-    cache = ToolCache(MemoryStore(), trusted=True)
+    cache = ToolCache(MemoryStore(), CacheSettings(trusted=True))
     async with connect(view_kind, ServerTarget.memory(build_keyed(state)), MODERN, cache) as conn:
         mark = conn.mark()
         arguments = [{"path": f"{n % 2}.txt", "request_id": "same"} for n in range(6)]
@@ -256,7 +258,7 @@ async def test_over_http_the_server_finds_the_delta_base_across_a_volatile_argum
     view_kind: ViewKind, era: str, keyed_url: str, backend: Backend, opened: Store
 ) -> None:
     path = f"{view_kind}-{era}-{backend.name}.txt"  # one server for the module: each test its own document
-    cache = ToolCache(opened, trusted=True, clock=clock_of(backend))
+    cache = ToolCache(opened, CacheSettings(trusted=True), clock=clock_of(backend))
     async with connect(view_kind, ServerTarget.http("fastmcp", keyed_url), era, cache) as conn:  # type: ignore[arg-type]
         await conn.call("read_kept", {"path": path, "request_id": "r1"})
         confirmed = await conn.call("read_kept", {"path": path, "request_id": "r2"})
@@ -298,7 +300,7 @@ async def test_an_sdk_server_tags_by_the_projection(view_kind: ViewKind) -> None
     runs: Counter[str] = Counter()
     validated: list[dict[str, Any]] = []
     # The SDK lists no declarations: the client is told per tool (the override) what the server keys by.
-    cache = ToolCache(MemoryStore(), ignore_arguments={"read": ["request_id"]})
+    cache = ToolCache(MemoryStore(), CacheSettings(ignore_arguments={"read": ["request_id"]}))
     async with connect(view_kind, ServerTarget.memory(sdk_server(runs, validated)), MODERN, cache) as conn:
         first = await conn.call("read", {"path": "a", "request_id": "r1"})
         again = await conn.call("read", {"path": "a", "request_id": "r2"})

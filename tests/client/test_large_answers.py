@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from stores.backends import FakeClock
 from support.transports import MODERN, ServerTarget
 
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.client.entries import _SHARED_TEXT, decode_result, encode_entry, encode_result
 from mcpcache.client.keys import CallIdentity
 from mcpcache.client.policy import DEFAULT_MAX_ANSWER_BYTES
@@ -98,7 +98,7 @@ async def test_a_fastmcp_answer_is_stored_with_its_text_once_and_decodes_to_exac
     clock: FakeClock,
 ) -> None:
     store = MemoryStore(clock=clock)
-    cache = ToolCache(store, clock=clock, decoded_tier_bytes=0)
+    cache = ToolCache(store, CacheSettings(decoded_tier_bytes=0), clock=clock)
     doc = Doc()
     async with connect("mcp", ServerTarget.memory(large_server(doc)), MODERN, cache, server_id=SERVER_ID) as conn:
         first = await conn.call("read", {"key": "k"})
@@ -250,12 +250,12 @@ async def test_a_slow_store_saves_and_serves_a_large_answer_within_its_scaled_de
     doc.chars = 4_000_000  # stored once: about 4 MB, two seconds each way on this disk
     async with SlowDisk(tmp_path / "tools.db", clock=clock) as store:
         # A fixed deadline well under the transfer, and a budget per MB well over it.
-        cache = ToolCache(store, clock=clock, store_deadline_s=0.5, store_deadline_per_mb_s=2.0)
+        cache = ToolCache(store, CacheSettings(store_deadline_s=0.5, store_deadline_per_mb_s=2.0), clock=clock)
         async with connect("mcp", ServerTarget.memory(large_server(doc)), MODERN, cache, server_id=SERVER_ID) as conn:
             first = await conn.call("read", {"key": "k"})
             assert (first.outcome.status, first.outcome.stored) == ("miss", True)
         # Another cache over the same file holds no decoded copy: it loads the body.
-        again = ToolCache(store, clock=clock, store_deadline_s=0.5, store_deadline_per_mb_s=2.0)
+        again = ToolCache(store, CacheSettings(store_deadline_s=0.5, store_deadline_per_mb_s=2.0), clock=clock)
         async with connect("mcp", ServerTarget.memory(large_server(doc)), MODERN, again, server_id=SERVER_ID) as conn:
             hit = await conn.call("read", {"key": "k"})
             assert hit.outcome.status == "fresh_hit"
@@ -279,7 +279,9 @@ class FreezingStore(MemoryStore):
 async def test_a_frozen_store_waits_no_longer_for_a_record_that_claims_to_be_huge(clock: FakeClock) -> None:
     store = FreezingStore(clock=clock)
     # Up to 1 MB counts: the longest wait for a body is 0.2 s plus 1 s.
-    cache = ToolCache(store, clock=clock, store_deadline_s=0.2, store_deadline_per_mb_s=1.0, max_answer_bytes=10**6)
+    cache = ToolCache(
+        store, CacheSettings(store_deadline_s=0.2, store_deadline_per_mb_s=1.0, max_answer_bytes=10**6), clock=clock
+    )
     doc = Doc()
     async with connect("mcp", ServerTarget.memory(large_server(doc)), MODERN, cache, server_id=SERVER_ID) as conn:
         first = await conn.call("read", {"key": "k"})
@@ -289,7 +291,9 @@ async def test_a_frozen_store_waits_no_longer_for_a_record_that_claims_to_be_hug
         # The record claims 10^12 bytes: at 1 s per MB, a million seconds if the claim were believed.
         claims = {**item.meta, "size": 10**12, "stored": 10**12}
         assert await store.update_meta(key, claims, item.expires_at, if_tag=item.tag)
-        fresh = ToolCache(store, clock=clock, store_deadline_s=0.2, store_deadline_per_mb_s=1.0, max_answer_bytes=10**6)
+        fresh = ToolCache(
+            store, CacheSettings(store_deadline_s=0.2, store_deadline_per_mb_s=1.0, max_answer_bytes=10**6), clock=clock
+        )
         async with connect("mcp", ServerTarget.memory(large_server(doc)), MODERN, fresh, server_id=SERVER_ID) as other:
             store.frozen = True
             started = time.monotonic()
@@ -319,7 +323,7 @@ async def test_an_answer_above_max_answer_bytes_is_passed_through_unstored(
     clock: FakeClock, tool: str, sizes: tuple[int, int], how: str
 ) -> None:
     store = CountingStore(clock)
-    cache = ToolCache(store, clock=clock, max_answer_bytes=100_000)
+    cache = ToolCache(store, CacheSettings(max_answer_bytes=100_000), clock=clock)
     doc = Doc()
     doc.chars = sizes[0]
     async with connect("mcp", ServerTarget.memory(large_server(doc)), MODERN, cache, server_id=SERVER_ID) as conn:
@@ -339,11 +343,11 @@ async def test_an_answer_above_max_answer_bytes_is_passed_through_unstored(
 async def test_the_bound_is_checked_on_construction() -> None:
     for bad in (0, -1, True, 1.5, "64MB"):
         with pytest.raises(ValueError, match="max_answer_bytes"):
-            ToolCache(MemoryStore(), max_answer_bytes=bad)  # type: ignore[arg-type]
-    assert ToolCache(MemoryStore()).max_answer_bytes == DEFAULT_MAX_ANSWER_BYTES == 64 * 1024 * 1024
+            ToolCache(MemoryStore(), CacheSettings(max_answer_bytes=bad))  # type: ignore[arg-type]
+    assert ToolCache(MemoryStore()).settings.max_answer_bytes == DEFAULT_MAX_ANSWER_BYTES == 64 * 1024 * 1024
     for per_mb in (-0.1, float("nan")):
         with pytest.raises(ValueError, match="per MB"):
-            ToolCache(MemoryStore(), store_deadline_per_mb_s=per_mb)
+            ToolCache(MemoryStore(), CacheSettings(store_deadline_per_mb_s=per_mb))
 
 
 # -- the decoded tier follows the bound -----------------------------------------------------------------
@@ -365,7 +369,7 @@ async def test_the_decoded_tier_holds_an_answer_of_38_mb_by_default(clock: FakeC
 
 async def test_a_smaller_bound_sizes_the_tier_too(clock: FakeClock) -> None:
     store = CountingStore(clock)
-    cache = ToolCache(store, clock=clock, max_answer_bytes=200_000)
+    cache = ToolCache(store, CacheSettings(max_answer_bytes=200_000), clock=clock)
     doc = Doc()
     async with connect("mcp", ServerTarget.memory(large_server(doc)), MODERN, cache, server_id=SERVER_ID) as conn:
         for key, chars in (("a", 70_000), ("b", 10_000), ("c", 10_000)):  # about 168, 24 and 24 KB stored

@@ -10,7 +10,7 @@ import pytest
 from support.transports import MODERN, ServerTarget
 
 import mcpcache.client.cache as cache_module
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.client.leaves import LeafMemo
 from mcpcache.delta.tree import leaves_of
 from mcpcache.stores import MemoryStore
@@ -34,7 +34,7 @@ async def test_a_second_delta_is_verified_from_the_leaf_hashes_kept(monkeypatch:
 
     monkeypatch.setattr(cache_module, "patch_answer", watched)
     clock = FakeClock()
-    cache = ToolCache(MemoryStore(), trusted=True, clock=clock)
+    cache = ToolCache(MemoryStore(), CacheSettings(trusted=True), clock=clock)
     lab = Lab()
     lab.docs.write("k", f"{LONG}\nedition 1")
     async with connect("mcp", ServerTarget.memory(build_lab("fastmcp", lab)), MODERN, cache, server_id="lab") as conn:

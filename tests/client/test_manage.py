@@ -13,7 +13,6 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -23,7 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from stores.backends import Backend, FakeClock, redis_backend, sqlite_backend
 from support.transports import MODERN, ServerTarget
 
-from mcpcache.client import CachedCall, ToolCache
+from mcpcache.client import CachedCall, CacheSettings, ToolCache
 from mcpcache.client.keys import CallIdentity
 from mcpcache.client.policy import CacheMode
 from mcpcache.stores import Item, SQLiteStore, Store
@@ -64,14 +63,16 @@ def version(call: CachedCall) -> int:
 
 
 @contextlib.asynccontextmanager
-async def setup(backend: Backend, store: Store | None = None, **cache_options: Any) -> AsyncIterator[Setup]:
+async def setup(
+    backend: Backend, store: Store | None = None, settings: CacheSettings | None = None
+) -> AsyncIterator[Setup]:
     clock = backend.clock if backend.clock is not None else live_clock()
     state = Versions(clock)
     target = ServerTarget.memory(build_versioned(state, TTL_MS))
     async with contextlib.AsyncExitStack() as stack:
         if store is None:
             store = await stack.enter_async_context(backend.open())
-        cache = ToolCache(store, partition="alice", clock=clock, **cache_options)
+        cache = ToolCache(store, settings, partition="alice", clock=clock)
         conn = await stack.enter_async_context(connect("mcp", target, MODERN, cache, server_id=SERVER))
         yield Setup(clock, state, store, cache, conn)
         state.release_all()
@@ -230,7 +231,7 @@ async def test_clear_removes_every_answer_and_nothing_else(backend: Backend) -> 
 
 
 async def test_entries_read_as_a_person_would_want(backend: Backend) -> None:
-    async with setup(backend, trusted=True) as s:
+    async with setup(backend, settings=CacheSettings(trusted=True)) as s:
         await s.read("d1")
         s.clock.advance(2.0)
         [entry] = [entry async for entry in s.cache.entries()]

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mcp.client._memory import InMemoryTransport
 
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.stores import MemoryStore
 
 from .harness import FakeClock
@@ -85,7 +85,10 @@ async def run(ops: list[Any]) -> None:
     lab = Lab()
     server = build_lab("sdk", lab)
     model = Model()
-    caches = {p: ToolCache(store, partition=p, share_public=True, trusted=True, clock=clock) for p in PARTITIONS}
+    caches = {
+        p: ToolCache(store, CacheSettings(share_public=True, trusted=True), partition=p, clock=clock)
+        for p in PARTITIONS
+    }
     async with mcp.Client(InMemoryTransport(server)) as alice, mcp.Client(InMemoryTransport(server)) as bob:
         views = {p: caches[p].wrap(c, server_id="lab") for p, c in (("alice", alice), ("bob", bob))}
         for op in ops:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from support.transports import MODERN, ServerTarget
 
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.protocol import META_KEY
 from mcpcache.stores import MemoryStore
 
@@ -26,8 +26,8 @@ K = {"key": "k"}
 
 def caches(store: MemoryStore, clock: FakeClock, alice_shares: bool, bob_shares: bool) -> tuple[ToolCache, ToolCache]:
     return (
-        ToolCache(store, partition="alice", share_public=alice_shares, clock=clock),
-        ToolCache(store, partition="bob", share_public=bob_shares, clock=clock),
+        ToolCache(store, CacheSettings(share_public=alice_shares), partition="alice", clock=clock),
+        ToolCache(store, CacheSettings(share_public=bob_shares), partition="bob", clock=clock),
     )
 
 

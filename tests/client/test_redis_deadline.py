@@ -19,7 +19,7 @@ from support.redis_server import Frozen, RedisServer, free_port, redis_server_bi
 from support.transports import MODERN, ServerTarget
 
 from mcpcache.bench.common import percentile
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.stores import RedisStore
 
 from .harness import connect, live_clock
@@ -52,7 +52,7 @@ async def test_a_frozen_redis_costs_each_call_at_most_the_deadline(
     clock = live_clock()
     lab = Lab()
     async with RedisStore(own_redis_server.url, namespace="frozen", cooldown_s=COOLDOWN_S) as store:
-        cache = ToolCache(store, clock=clock, store_deadline_s=DEADLINE_S, store_cooldown_s=COOLDOWN_S)
+        cache = ToolCache(store, CacheSettings(store_deadline_s=DEADLINE_S, store_cooldown_s=COOLDOWN_S), clock=clock)
         async with connect("mcp", ServerTarget.memory(build_lab("sdk", lab)), MODERN, cache) as conn:
             assert (await conn.call("read", K)).outcome.status == "miss"
             assert (await conn.call("read", K)).outcome.status == "fresh_hit"
@@ -94,7 +94,7 @@ async def test_a_killed_redis_fails_fast_and_recovers_on_the_same_port(
     clock = live_clock()
     lab = Lab()
     async with RedisStore(own_redis_server.url, namespace="killed", cooldown_s=COOLDOWN_S) as store:
-        cache = ToolCache(store, clock=clock, store_deadline_s=DEADLINE_S, store_cooldown_s=COOLDOWN_S)
+        cache = ToolCache(store, CacheSettings(store_deadline_s=DEADLINE_S, store_cooldown_s=COOLDOWN_S), clock=clock)
         async with connect("mcp", ServerTarget.memory(build_lab("sdk", lab)), MODERN, cache) as conn:
             assert (await conn.call("read", K)).outcome.status == "miss"
             own_redis_server.kill()

@@ -12,7 +12,7 @@ import pytest
 from stores.backends import Backend, clock_of
 from support.transports import MODERN, ServerTarget
 
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.stores import Store
 
 from .harness import connect
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.anyio
 
 async def test_a_clear_right_after_a_patched_answer_is_not_undone_by_its_write(backend: Backend, opened: Store) -> None:
     clock = clock_of(backend)
-    cache = ToolCache(opened, trusted=True, clock=clock)
+    cache = ToolCache(opened, CacheSettings(trusted=True), clock=clock)
     lab = Lab()
     lab.docs.write("k", edition(1))
     target = ServerTarget.memory(build_lab("fastmcp", lab))
@@ -37,7 +37,7 @@ async def test_a_clear_right_after_a_patched_answer_is_not_undone_by_its_write(b
         await cache.clear()
         await cache.flush()
         assert [entry async for entry in cache.entries()] == []
-    other = ToolCache(opened, trusted=True, clock=clock)
+    other = ToolCache(opened, CacheSettings(trusted=True), clock=clock)
     async with connect("mcp", target, MODERN, other, server_id=SERVER_ID) as conn:
         seen = await conn.call("read", KEY)
         assert seen.outcome.status != "fresh_hit", seen.outcome.reason
@@ -49,7 +49,7 @@ async def test_invalidating_the_server_right_after_a_patched_answer_leaves_no_en
     """`invalidate()` of a server drops its entries so that the next call asks for the whole answer; the
     patched answer's pending write may not put one back."""
     clock = clock_of(backend)
-    cache = ToolCache(opened, trusted=True, clock=clock)
+    cache = ToolCache(opened, CacheSettings(trusted=True), clock=clock)
     lab = Lab()
     lab.docs.write("k", edition(1))
     target = ServerTarget.memory(build_lab("fastmcp", lab))
@@ -72,8 +72,8 @@ async def test_an_invalidation_by_a_cache_that_has_not_listed_the_tools_reaches_
     from fixture_servers.keyed import build_keyed
 
     clock = clock_of(backend)
-    first = ToolCache(opened, trusted=True, clock=clock)
-    second = ToolCache(opened, trusted=True, clock=clock)
+    first = ToolCache(opened, CacheSettings(trusted=True), clock=clock)
+    second = ToolCache(opened, CacheSettings(trusted=True), clock=clock)
     target = ServerTarget.memory(build_keyed())
     async with (
         connect("mcp", target, MODERN, first, server_id="keyed") as one,

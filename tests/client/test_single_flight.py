@@ -14,7 +14,7 @@ import anyio
 import pytest
 from support.transports import MODERN, ServerTarget
 
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.stores import MemoryStore
 
 from .harness import VIEW_KINDS, Conn, FakeClock, ViewKind, connect, plain
@@ -217,7 +217,7 @@ async def test_a_cache_that_keeps_no_private_answers_shares_none_in_flight(clock
     # gets its own answer from the server, none is handed another's, and none is kept.
     from mcpcache.stores import MemoryStore
 
-    cache = ToolCache(MemoryStore(clock=clock), keep_private=False, clock=clock)
+    cache = ToolCache(MemoryStore(clock=clock), CacheSettings(keep_private=False), clock=clock)
     lab = Lab()
     async with connect("mcp", ServerTarget.memory(build_lab("sdk", lab)), MODERN, cache) as conn:
         mark = conn.mark()

@@ -24,7 +24,7 @@ from mcp.shared.exceptions import MCPError
 from stores.backends import Backend, clock_of
 from support.transports import MODERN, ServerTarget
 
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.protocol import META_KEY
 from mcpcache.server import CachePolicy, ToolPolicies
 from mcpcache.server.sdk import RevalidationExtension
@@ -174,7 +174,7 @@ async def test_without_a_tag_the_entry_is_kept_for_its_window_and_fetched_in_the
 
 
 async def test_a_cache_told_not_to_never_serves_stale(clock: FakeClock, store: MemoryStore) -> None:
-    cache = ToolCache(store, clock=clock, serve_stale=False)
+    cache = ToolCache(store, CacheSettings(serve_stale=False), clock=clock)
     async with stale_lab("mcp", cache) as (conn, lab):
         await conn.call("read", K)
         clock.advance(WITHIN_SWR)
@@ -328,7 +328,7 @@ async def test_a_failing_background_revalidation_reaches_nobody(clock: FakeClock
 async def test_past_its_bound_the_background_leaves_the_revalidation_to_the_call(
     clock: FakeClock, store: MemoryStore
 ) -> None:
-    cache = ToolCache(store, clock=clock, background_revalidations=1)
+    cache = ToolCache(store, CacheSettings(background_revalidations=1), clock=clock)
     async with stale_lab("mcp", cache) as (conn, lab):
         await conn.call("gated", {"key": "a"})
         await conn.call("gated", {"key": "b"})

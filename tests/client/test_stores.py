@@ -17,7 +17,7 @@ import pytest
 from stores.backends import Backend, clock_of, redis_backend, sqlite_backend
 from support.transports import MODERN, ServerTarget
 
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.stores import RedisStore, SQLiteStore, Store
 
 from .harness import connect, plain
@@ -31,8 +31,8 @@ PEER = Path(__file__).resolve().parent / "peer.py"
 
 async def test_the_main_flows(backend: Backend, opened: Store) -> None:
     clock = clock_of(backend)
-    alice = ToolCache(opened, partition="alice", share_public=True, trusted=True, clock=clock)
-    bob = ToolCache(opened, partition="bob", share_public=True, trusted=True, clock=clock)
+    alice = ToolCache(opened, CacheSettings(share_public=True, trusted=True), partition="alice", clock=clock)
+    bob = ToolCache(opened, CacheSettings(share_public=True, trusted=True), partition="bob", clock=clock)
     lab = Lab()
     target = ServerTarget.memory(build_lab("sdk", lab))
     async with (

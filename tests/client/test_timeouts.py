@@ -25,7 +25,7 @@ from fixture_servers.twins import SCRIPT as TWINS_SCRIPT
 from fixture_servers.twins import build_twins
 from support.transports import MODERN, ServerTarget, TransportKind
 
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.stores import MemoryStore
 
 from .harness import Conn, ViewKind, connect
@@ -58,9 +58,9 @@ def target(transport: TransportKind, twin_urls: dict[str, str]) -> ServerTarget:
     return ServerTarget.http("fastmcp", twin_urls["A"])
 
 
-def fresh_cache(**kwargs: Any) -> ToolCache:
+def fresh_cache(settings: CacheSettings | None = None) -> ToolCache:
     # The real clock: single flight compares when a request was sent with when freshness ended.
-    return ToolCache(MemoryStore(), **kwargs)
+    return ToolCache(MemoryStore(), settings)
 
 
 async def call_view(conn: Conn, tool: str, arguments: dict[str, Any], timeout_s: float | None) -> Any:
@@ -175,7 +175,9 @@ async def test_each_caller_keeps_its_own_timeout_and_cancellation_and_one_reques
     # Trusted, so that `slow` (annotated read-only) is a read: a call of a tool that may write ends the
     # partition's freshness when it times out or is cancelled (its outcome is unknown), and then a follower
     # of another scenario on this connection, coming later, would rightly not share its leader's request.
-    async with connect(view_kind, target(transport, twin_urls), MODERN, fresh_cache(trusted=True)) as conn:
+    async with connect(
+        view_kind, target(transport, twin_urls), MODERN, fresh_cache(CacheSettings(trusted=True))
+    ) as conn:
         await body_runs(conn, "warm-up")  # the first call on a connection may pay for one-time set-up
         # What the stock client raises for this timeout, so the cache is held to exactly that.
         with pytest.raises(Exception, match="timed out") as stock_timeout:
@@ -286,7 +288,9 @@ async def test_a_read_started_after_a_write_does_not_join_a_read_sent_before_it(
 ) -> None:
     key = f"ryw-{transport}-{view_kind}"
     args = {"key": key, "delay": DELAY}
-    async with connect(view_kind, target(transport, twin_urls), MODERN, fresh_cache(trusted=True)) as conn:
+    async with connect(
+        view_kind, target(transport, twin_urls), MODERN, fresh_cache(CacheSettings(trusted=True))
+    ) as conn:
         await conn.view.call_tool("whoami", {})  # connected, and the tools' annotations are known
         mark = conn.mark()
         first: dict[str, Any] = {}

@@ -31,7 +31,7 @@ import mcp
 import mcp_types as mt
 from fastmcp.client.transports import StreamableHttpTransport
 
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.stores import RedisStore, SQLiteStore, Store
 
 SERVER_ID = "versioned-http"
@@ -73,7 +73,7 @@ async def main(
     async with open_store(kind, location, namespace) as store:
         # The deadline only keeps a stalled store from stalling the worker; on a busy machine a store round
         # trip may take over the default second, which would be a (correct) miss but not what is tested.
-        cache = ToolCache(store, partition=PARTITION, trusted=True, store_deadline_s=STORE_DEADLINE_S)
+        cache = ToolCache(store, CacheSettings(trusted=True, store_deadline_s=STORE_DEADLINE_S), partition=PARTITION)
         client: Any = fastmcp.Client(StreamableHttpTransport(url)) if client_kind == "fastmcp" else mcp.Client(url)
         async with client:
             view = cache.wrap(client, server_id=SERVER_ID)

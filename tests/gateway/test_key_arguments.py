@@ -12,7 +12,7 @@ import mcp_types as mt
 import pytest
 from support.transports import MODERN, ServerTarget, stock_client
 
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.gateway.config import ConfigError, parse_config
 from mcpcache.protocol import META_KEY
 from mcpcache.stores import MemoryStore
@@ -106,7 +106,7 @@ async def test_the_gateway_keys_and_declares_as_its_toml_says() -> None:
 
     # A caller whose cache trusts the gateway keys on the declaration it stamped, and gets deltas from the
     # gateway's history across a volatile argument.
-    cache = ToolCache(MemoryStore(), trusted=True)
+    cache = ToolCache(MemoryStore(), CacheSettings(trusted=True))
     async with stock_client("fastmcp", ServerTarget.memory(gateway), MODERN) as client:
         view = cache.wrap(client, server_id="test:gateway")
         first = await view.call_mcp("read_doc", {"path": "c", "request_id": "r1"})

@@ -32,7 +32,7 @@ import pytest
 from fastmcp import FastMCP
 from fastmcp.client.transports import StreamableHttpTransport
 
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.processes import free_port, stop_process, wait_until_listening
 from mcpcache.server.fastmcp import install
 from mcpcache.server.policies import CachePolicy, ToolPolicies
@@ -164,7 +164,7 @@ async def test_no_session_dies_and_no_call_fails_under_bursts_of_concurrent_call
     run = Run()
     with served_in_thread(build_server(stamped=True), keep_alive_s=5) as direct:  # uvicorn's default: the race
         async with RedisStore(redis_url, namespace=f"load-client-{secrets.token_hex(4)}") as store:
-            cache = ToolCache(store, partition="load", trusted=True)
+            cache = ToolCache(store, CacheSettings(trusted=True), partition="load")
             async with anyio.create_task_group() as tg:
                 for index in range(SESSIONS):
                     tg.start_soon(drive, run, cache, direct, index, "direct")

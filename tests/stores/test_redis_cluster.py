@@ -20,7 +20,7 @@ from fastmcp import Client, FastMCP
 from redis.asyncio.cluster import RedisCluster
 from support.redis_server import RedisServer, redis_server_binary
 
-from mcpcache.client import ToolCache
+from mcpcache.client import CacheSettings, ToolCache
 from mcpcache.server.fastmcp import install
 from mcpcache.server.policies import CachePolicy, ToolPolicies
 from mcpcache.stores import Item, RedisStore, Usage
@@ -67,7 +67,7 @@ async def test_a_namespace_spreads_over_every_primary(redis_cluster_url: str) ->
     install(server, ToolPolicies({"read": CachePolicy(ttl_ms=600_000)}))
     namespace = f"spread-{uuid.uuid4().hex[:8]}"
     async with RedisStore(redis_cluster_url, namespace=namespace, socket_timeout_s=10.0) as store:
-        cache = ToolCache(store, store_deadline_s=30.0)  # about where answers land, not how fast
+        cache = ToolCache(store, CacheSettings(store_deadline_s=30.0))  # about where answers land, not how fast
         async with Client(server) as client:
             view = cache.wrap(client)
             for n in range(300):

@@ -46,7 +46,8 @@ TOOLS = ("ttl0", "short", "plain")
 """ttl0: tagged, revalidated before every reuse; short: tagged, fresh for 50 ms; plain: never stamped."""
 SESSIONS = 8
 """Per route (straight to the server, and through the gateways)."""
-CYCLES = 6
+CYCLES = 4
+"""Bursts per session, each paused to just before the pool retires idle connections: each pause meets the race."""
 CALLERS = 8
 """Concurrent callers per session in a burst: each holds a pooled connection of its own."""
 CALLS_PER_CALLER = 4

@@ -129,13 +129,7 @@ class Keeping:
             marks=marks,
             era=identity.era,
         )
-        arm = store_arm(meta.scope, self.share_public)
-        own = private_key if arm == "private" else identity.key("public", share_public=True)
-        if arm == "public":
-            await self._remove(private_key)  # the partition's own copy would shadow the shared one
-        elif found is not None and found.key != own:
-            await self._remove(found.key)
-        self._tier.discard(own)
+        own = await self._claim(identity, private_key, found, meta)
         item = entry_item(meta, body, self.expires_at(meta), server=readable_server(identity.server))
         await self._deferred.settled(own)
         saved = 0 if patched_by is None else bytes_saved(meta.size, patched_by)
@@ -196,13 +190,7 @@ class Keeping:
             marks=(identity.mark_key(), identity.call_mark_key()),
             era=identity.era,
         )
-        arm = store_arm(meta.scope, self.share_public)
-        own = private_key if arm == "private" else identity.key("public", share_public=True)
-        if arm == "public":
-            await self._remove(private_key)  # the partition's own copy would shadow the shared one
-        elif found is not None and found.key != own:
-            await self._remove(found.key)
-        self._tier.discard(own)
+        own = await self._claim(identity, private_key, found, meta)
         await self._deferred.settled(own)
         # Taken now: `reply` is the caller's to change once returned (unless it promised not to).
         copy = reply if self.read_only_views else copy_result(reply)
@@ -234,6 +222,18 @@ class Keeping:
         await self._deferred.start(own, write, "storing a patched answer")
         why = f"{decision.reason}, encoded and written to the store after the answer is returned"
         return reply, CallOutcome(status, True, f"{lookup_reason}; {why}", bytes_saved(size, patched_by))
+
+    async def _claim(self, identity: CallIdentity, private_key: str, found: Found | None, meta: EntryMeta) -> str:
+        """The key an answer of `meta`'s scope is kept under, with the entries that would shadow it or that it
+        replaces under another key removed, and its decoded copy dropped."""
+        arm = store_arm(meta.scope, self.share_public)
+        own = private_key if arm == "private" else identity.key("public", share_public=True)
+        if arm == "public":
+            await self._remove(private_key)  # the partition's own copy would shadow the shared one
+        elif found is not None and found.key != own:
+            await self._remove(found.key)
+        self._tier.discard(own)
+        return own
 
     async def _save_and_hold(
         self, own: str, item: Item, meta: EntryMeta, identity: CallIdentity, copy: Callable[[], CallToolResult]
